@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs exactly the Debian 12 packages stealgate needs that are missing; idempotent.
+#   scripts/setup.sh          build + run dependencies
+#   scripts/setup.sh --test   also what the test suites need (prometheus for promtool
+#                             and the scrape test, systemd for systemd-analyze)
+set -euo pipefail
+
+packages=(
+  meson ninja-build pkg-config g++ python3
+  libasio-dev node-llhttp libspdlog-dev libfmt-dev libyaml-cpp-dev prometheus-cpp-dev
+  libsystemd-dev libgtest-dev libgmock-dev libbenchmark-dev curl
+)
+if [[ "${1:-}" == --test ]]; then
+  packages+=(prometheus systemd)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+  echo "setup: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "setup: installing ${missing[*]}"
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+# --no-install-recommends: libasio-dev would otherwise pull Boost and OpenSSL -dev packages.
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "setup: done"

@@ -1,0 +1,81 @@
+// RuntimeConfig: every tunable of the executor, each default a named constant with its
+// provenance. The gateway's YAML `runtime:` block maps onto this struct one to one.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace sg::exec {
+
+// Capacity of each worker's local run queue. Tokio: queue.rs LOCAL_QUEUE_CAPACITY = 256.
+// Large enough that a burst of wake-ups stays local, small enough that overflow (half the
+// queue) is a cheap batch. A power of two: indices are masked, never reduced modulo.
+inline constexpr uint32_t kLocalQueueCapacity = 256;
+
+// Ticks between checks of the injection queue before the local queue. Tokio: worker.rs
+// (61, a prime so it does not resonate with event_interval-sized task batches).
+inline constexpr uint32_t kDefaultGlobalQueueInterval = 61;
+
+// Ticks between non-blocking polls of the I/O driver + maintenance by a busy worker.
+// Tokio: builder.rs event_interval = 61.
+inline constexpr uint32_t kDefaultEventInterval = 61;
+
+// Operations a task may complete per scheduling before it is forced to yield.
+// Tokio: coop.rs Budget::initial() = 128.
+inline constexpr uint32_t kDefaultCoopBudget = 128;
+
+// Consecutive LIFO-slot polls per tick before the slot is bypassed. Tokio: worker.rs
+// MAX_LIFO_POLLS_PER_TICK = 3 ("picked out of thin air"; tokio#5712 shows why a cap exists).
+inline constexpr uint32_t kDefaultMaxLifoPollsPerTick = 3;
+
+// Upper bound of the elastic blocking pool. Tokio: builder.rs max_blocking_threads = 512.
+inline constexpr std::size_t kDefaultMaxBlockingThreads = 512;
+
+// Idle blocking threads exit after this long. Tokio: builder.rs keep_alive = 10 s.
+inline constexpr std::chrono::milliseconds kDefaultBlockingKeepAlive{10'000};
+
+// Worker thread stack. Tokio: 2 MiB. Coroutine frames live on the heap, so workers need
+// little stack; this leaves room for deep synchronous parsing code.
+inline constexpr std::size_t kDefaultThreadStackSize = 2u << 20;
+
+// Completions handled per driver poll before the worker returns to its queues. Tokio's
+// mio event capacity is 1024.
+inline constexpr uint32_t kDefaultMaxIoEventsPerTick = 1024;
+
+// Adaptive global queue interval (tokio#5720): aim to check the injection queue every
+// 200 us of task polling; EWMA weight 0.1; clamp to [2, 127].
+inline constexpr std::chrono::nanoseconds kTargetGlobalQueueIntervalTime{200'000};
+inline constexpr uint32_t kMinGlobalQueueInterval = 2;
+inline constexpr uint32_t kMaxGlobalQueueInterval = 127;
+
+struct RuntimeConfig {
+  // 0 = the CPUs available to the process (affinity mask and cgroup cpu.max quota).
+  std::size_t worker_threads = 0;
+  uint32_t global_queue_interval = kDefaultGlobalQueueInterval;
+  // When true, global_queue_interval is only the starting point: each worker retunes it
+  // from an EWMA of its poll times so injected tasks wait about 200 us at most.
+  bool adaptive_global_queue_interval = false;
+  uint32_t event_interval = kDefaultEventInterval;
+  uint32_t coop_budget = kDefaultCoopBudget;
+  uint32_t max_lifo_polls_per_tick = kDefaultMaxLifoPollsPerTick;
+  // Policy switches, to measure what each mechanism is worth (Pingora ships a no-steal
+  // runtime for exactly this reason).
+  bool lifo_slot = true;
+  bool work_stealing = true;
+  std::size_t max_blocking_threads = kDefaultMaxBlockingThreads;
+  std::chrono::milliseconds blocking_keep_alive = kDefaultBlockingKeepAlive;
+  std::size_t thread_stack_size = kDefaultThreadStackSize;
+  uint32_t max_io_events_per_tick = kDefaultMaxIoEventsPerTick;
+  std::string thread_name = "sg-worker";
+};
+
+// CPUs this process may run on: sched_getaffinity, further capped by a cgroup v2
+// cpu.max quota when one is set (rounded up). Never less than 1.
+std::size_t available_parallelism();
+
+// Fills worker_threads when it is 0; clamps the other fields into valid ranges.
+RuntimeConfig resolve(RuntimeConfig cfg);
+
+}  // namespace sg::exec

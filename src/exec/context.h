@@ -1,0 +1,47 @@
+// Per-thread execution context: which runtime/worker this thread is, which coroutine task
+// it is polling, and the task's cooperative budget.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "exec/stats.h"
+
+namespace sg::exec {
+
+class Scheduler;
+class Worker;
+struct CoroTaskBase;
+
+struct ThreadContext {
+  Scheduler* scheduler = nullptr;   // set on worker threads
+  Worker* worker = nullptr;         // set on worker threads
+  std::size_t worker_index = 0;
+  CoroTaskBase* current = nullptr;  // coroutine task being polled on this thread
+  WorkerCounters* counters = nullptr;
+  uint32_t budget = 0;              // operations left in this scheduling
+  bool budget_active = false;       // false outside task polls: no budget applies
+  bool yield_requested = false;     // the polled task asked to go to the back of the queue
+  bool in_driver = false;           // dispatching I/O driver completions
+};
+
+// Constant-initialised, so access compiles to a plain TLS load (no wrapper call).
+inline thread_local ThreadContext tl_ctx;
+
+// Spends one unit of the running task's budget. False means the budget is exhausted: the
+// caller must make the task yield (after completing its operation, if it did).
+inline bool coop_proceed() noexcept {
+  ThreadContext& c = tl_ctx;
+  if (!c.budget_active) return true;
+  if (c.budget == 0) return false;
+  --c.budget;
+  return true;
+}
+
+// True when the current task still has budget (does not spend any).
+inline bool coop_has_budget() noexcept {
+  const ThreadContext& c = tl_ctx;
+  return !c.budget_active || c.budget != 0;
+}
+
+}  // namespace sg::exec

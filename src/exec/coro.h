@@ -1,0 +1,385 @@
+// Coroutine tasks.
+//
+// Task<T> is a lazily started coroutine. Awaiting a Task<T> from another coroutine runs it
+// inline (symmetric transfer), so a spawned root coroutine and everything it awaits form
+// one executor task, like a Rust future tree. A root is wrapped in a CoroTask: the task
+// header, the resume point ("leaf": the innermost suspended coroutine) and a wait token.
+//
+// Waits. A leaf awaiter that suspends calls arm_wait(h), which records h and returns a
+// Waker holding a task reference. Whoever completes the operation calls
+// std::move(waker).wake(result). The wait token (generation << 2 | phase) makes that
+// race-free:
+//   * arm:      token = (gen+1) << 2 | ARMED         (task thread, while RUNNING)
+//   * complete: CAS ARMED -> COMPLETING, write wait_result, store IDLE (release), wake
+//     Only one completer wins; later or stale completers (older generation) fail the CAS
+//     and only drop their reference.
+//   * poll:     a poll that finds the token ARMED or COMPLETING is spurious (e.g. a
+//     cancellation) and does not resume the coroutine.
+// A coroutine must only co_await Task<T> and this library's awaitables.
+#pragma once
+
+#include <coroutine>
+#include <exception>
+#include <optional>
+#include <system_error>
+#include <type_traits>
+#include <utility>
+
+#include "exec/context.h"
+#include "exec/task.h"
+
+namespace sg::exec {
+
+struct WaitResult {
+  std::error_code ec;
+  std::size_t value = 0;
+};
+
+namespace wait_phase {
+inline constexpr uint64_t kIdle = 0;
+inline constexpr uint64_t kArmed = 1;
+inline constexpr uint64_t kCompleting = 2;
+inline constexpr uint64_t kMask = 3;
+}  // namespace wait_phase
+
+struct CoroTaskBase : JoinableTask {
+  using JoinableTask::JoinableTask;
+  std::coroutine_handle<> leaf;         // where the next poll resumes
+  std::atomic<uint64_t> wait_token{0};  // (generation << 2) | phase
+  WaitResult wait_result;               // written by the winning completer
+};
+
+// Completes one armed wait of a coroutine task. Move-only; holds one task reference.
+class Waker {
+ public:
+  Waker() = default;
+  Waker(CoroTaskBase* t, uint64_t gen) noexcept : t_(t), gen_(gen) {}  // adopts a reference
+  Waker(Waker&& o) noexcept : t_(std::exchange(o.t_, nullptr)), gen_(o.gen_) {}
+  Waker& operator=(Waker&& o) noexcept {
+    if (this != &o) {
+      reset();
+      t_ = std::exchange(o.t_, nullptr);
+      gen_ = o.gen_;
+    }
+    return *this;
+  }
+  Waker(const Waker&) = delete;
+  Waker& operator=(const Waker&) = delete;
+  ~Waker() { reset(); }
+
+  explicit operator bool() const noexcept { return t_ != nullptr; }
+  CoroTaskBase* task() const noexcept { return t_; }
+  uint64_t generation() const noexcept { return gen_; }
+
+  Waker clone() const noexcept {
+    task_ref_inc(t_);
+    return Waker(t_, gen_);
+  }
+
+  // Gives up the reference without dropping it (to store in a raw slot).
+  CoroTaskBase* release() noexcept { return std::exchange(t_, nullptr); }
+
+  // Completes the wait with `r` if it is still armed for this generation. Consumes the
+  // waker. Returns true when this call completed the wait.
+  bool wake(WaitResult r = {}, ScheduleKind kind = ScheduleKind::kWake) && noexcept {
+    CoroTaskBase* t = std::exchange(t_, nullptr);
+    if (t == nullptr) return false;
+    uint64_t armed = (gen_ << 2) | wait_phase::kArmed;
+    bool won = t->wait_token.compare_exchange_strong(
+        armed, (gen_ << 2) | wait_phase::kCompleting, std::memory_order_acquire,
+        std::memory_order_relaxed);
+    if (won) {
+      t->wait_result = r;
+      // Publishes wait_result to the poll that sees IDLE.
+      t->wait_token.store(gen_ << 2, std::memory_order_release);
+      wake_task(t, kind);
+    }
+    task_ref_dec(t);
+    return won;
+  }
+
+ private:
+  void reset() noexcept {
+    if (t_ != nullptr) task_ref_dec(std::exchange(t_, nullptr));
+  }
+  CoroTaskBase* t_ = nullptr;
+  uint64_t gen_ = 0;
+};
+
+// The coroutine task being polled on this thread (nullptr outside one).
+inline CoroTaskBase* current_task() noexcept { return tl_ctx.current; }
+
+// Inside await_suspend(h): records h as the resume point of the current task and arms a
+// new wait. Must be called on the task's own thread while it runs.
+inline Waker arm_wait(std::coroutine_handle<> h) noexcept {
+  CoroTaskBase* t = tl_ctx.current;
+  assert(t != nullptr && "exec awaitables must be awaited inside an executor task");
+  t->leaf = h;
+  uint64_t gen = (t->wait_token.load(std::memory_order_relaxed) >> 2) + 1;
+  // Release: a completer that acquires the ARMED token sees leaf and whatever the awaiter
+  // prepared before arming.
+  t->wait_token.store((gen << 2) | wait_phase::kArmed, std::memory_order_release);
+  task_ref_inc(t);
+  return Waker(t, gen);
+}
+
+// Abandons the current task's armed wait (the awaiter decided not to suspend after all).
+// Returns false when a completer already claimed it.
+inline bool disarm_wait(CoroTaskBase* t, uint64_t gen) noexcept {
+  uint64_t armed = (gen << 2) | wait_phase::kArmed;
+  return t->wait_token.compare_exchange_strong(armed, gen << 2, std::memory_order_acq_rel,
+                                               std::memory_order_relaxed);
+}
+
+// Reads the result a completer stored for the last wait of the current task.
+inline const WaitResult& last_wait_result() noexcept { return tl_ctx.current->wait_result; }
+
+// Makes the current task yield: it goes to the back of its worker's local queue.
+struct YieldAwaiter {
+  bool forced = false;
+  bool await_ready() const noexcept { return false; }
+  void await_suspend(std::coroutine_handle<> h) const noexcept {
+    ThreadContext& c = tl_ctx;
+    c.current->leaf = h;
+    c.yield_requested = true;
+    if (forced && c.counters != nullptr) ++c.counters->forced_yields;
+  }
+  void await_resume() const noexcept {}
+};
+
+inline YieldAwaiter yield_now() noexcept { return {}; }
+
+// Yields only when the task's budget is exhausted (counted as a forced yield); spends one
+// unit otherwise. Use in loops that may complete many operations without suspending.
+struct CoopCheckpoint {
+  bool await_ready() const noexcept { return coop_proceed(); }
+  void await_suspend(std::coroutine_handle<> h) const noexcept { YieldAwaiter{true}.await_suspend(h); }
+  void await_resume() const noexcept {}
+};
+inline CoopCheckpoint coop_checkpoint() noexcept { return {}; }
+
+// ---------------------------------------------------------------------------------------
+
+template <class T = void>
+class Task;
+
+namespace detail {
+
+struct PromiseBase {
+  std::coroutine_handle<> continuation;
+  std::exception_ptr error;
+
+  static void* operator new(std::size_t n) { return task_alloc(n); }
+  static void operator delete(void* p, std::size_t n) noexcept { task_free(p, n); }
+
+  std::suspend_always initial_suspend() const noexcept { return {}; }
+
+  struct FinalAwaiter {
+    bool await_ready() const noexcept { return false; }
+    template <class P>
+    std::coroutine_handle<> await_suspend(std::coroutine_handle<P> h) const noexcept {
+      std::coroutine_handle<> c = h.promise().continuation;
+      return c ? c : std::noop_coroutine();
+    }
+    void await_resume() const noexcept {}
+  };
+  FinalAwaiter final_suspend() const noexcept { return {}; }
+  void unhandled_exception() noexcept { error = std::current_exception(); }
+};
+
+template <class T>
+struct Promise : PromiseBase {
+  std::optional<T> value;
+  Task<T> get_return_object() noexcept;
+  template <class U>
+  void return_value(U&& v) {
+    value.emplace(std::forward<U>(v));
+  }
+  T take() {
+    if (error) std::rethrow_exception(error);
+    return std::move(*value);
+  }
+};
+
+template <>
+struct Promise<void> : PromiseBase {
+  Task<void> get_return_object() noexcept;
+  void return_void() noexcept {}
+  void take() {
+    if (error) std::rethrow_exception(error);
+  }
+};
+
+}  // namespace detail
+
+template <class T>
+class [[nodiscard]] Task {
+ public:
+  using promise_type = detail::Promise<T>;
+  using handle_type = std::coroutine_handle<promise_type>;
+  using value_type = T;
+
+  Task() = default;
+  explicit Task(handle_type h) noexcept : h_(h) {}
+  Task(Task&& o) noexcept : h_(std::exchange(o.h_, {})) {}
+  Task& operator=(Task&& o) noexcept {
+    if (this != &o) {
+      reset();
+      h_ = std::exchange(o.h_, {});
+    }
+    return *this;
+  }
+  ~Task() { reset(); }
+
+  bool valid() const noexcept { return static_cast<bool>(h_); }
+  bool done() const noexcept { return h_.done(); }
+  handle_type handle() const noexcept { return h_; }
+  void reset() noexcept {
+    if (h_) std::exchange(h_, {}).destroy();
+  }
+
+  // Runs the task inline in the awaiting coroutine's executor task.
+  auto operator co_await() && noexcept {
+    struct Awaiter {
+      handle_type h;
+      bool await_ready() const noexcept { return !h || h.done(); }
+      std::coroutine_handle<> await_suspend(std::coroutine_handle<> cont) const noexcept {
+        h.promise().continuation = cont;
+        return h;
+      }
+      T await_resume() const { return h.promise().take(); }
+    };
+    return Awaiter{h_};
+  }
+
+ private:
+  handle_type h_;
+};
+
+namespace detail {
+template <class T>
+Task<T> Promise<T>::get_return_object() noexcept {
+  return Task<T>(std::coroutine_handle<Promise<T>>::from_promise(*this));
+}
+inline Task<void> Promise<void>::get_return_object() noexcept {
+  return Task<void>(std::coroutine_handle<Promise<void>>::from_promise(*this));
+}
+
+template <class X>
+struct is_task : std::false_type {};
+template <class T>
+struct is_task<Task<T>> : std::true_type {};
+}  // namespace detail
+
+template <class X>
+inline constexpr bool is_task_v = detail::is_task<std::remove_cvref_t<X>>::value;
+
+// A spawned root coroutine. F is the callable that produced the Task (kept alive for the
+// task's lifetime so that lambda captures outlive the coroutine that refers to them).
+template <class T, class F>
+struct CoroTask final : CoroTaskBase {
+  CoroTask(Scheduler* s, F&& f, bool with_handle)
+      : CoroTaskBase(&kVTable, s,
+                     task_state::kNotified + task_state::kRefOne +
+                         (with_handle ? task_state::kJoinInterest + task_state::kRefOne : 0)),
+        fn(std::move(f)),
+        root(make_root(*fn)) {
+    is_coroutine = 1;
+    leaf = root.handle();
+  }
+
+  static void* operator new(std::size_t n) { return task_alloc(n); }
+  static void operator delete(void* p, std::size_t n) noexcept { task_free(p, n); }
+
+  std::optional<F> fn;  // released together with the frame
+  Task<T> root;
+  TaskOutput<T> output;
+
+  static Task<T> make_root(F& f) {
+    if constexpr (std::is_same_v<std::remove_cvref_t<F>, Task<T>>) {
+      return std::move(f);
+    } else {
+      return f();
+    }
+  }
+
+  void finish_output() noexcept {
+    try {
+      if constexpr (std::is_void_v<T>) {
+        root.handle().promise().take();
+        output.value = true;
+      } else {
+        output.value.emplace(root.handle().promise().take());
+      }
+    } catch (...) {
+      output.error = std::current_exception();
+    }
+  }
+
+  void drop_future() noexcept {
+    // Destroying the frame runs the destructors of everything suspended in it; awaiters
+    // deregister themselves and I/O objects cancel their pending operations.
+    ThreadContext& c = tl_ctx;
+    CoroTaskBase* saved = c.current;
+    c.current = this;
+    root.reset();
+    fn.reset();
+    c.current = saved;
+  }
+
+  static void poll(TaskHeader* h) noexcept {
+    using namespace task_state;
+    auto* self = static_cast<CoroTask*>(h);
+    uint32_t prev = h->state.fetch_xor(kNotified | kRunning, std::memory_order_acq_rel);
+    if (prev & kCancelled) {
+      self->drop_future();
+      complete_task(self);
+      return;
+    }
+    uint64_t token = self->wait_token.load(std::memory_order_acquire);
+    if ((token & wait_phase::kMask) == wait_phase::kIdle) {
+      ThreadContext& c = tl_ctx;
+      CoroTaskBase* saved = c.current;
+      c.current = self;
+      c.yield_requested = false;
+      self->leaf.resume();
+      c.current = saved;
+      if (self->root.done()) {
+        self->finish_output();
+        self->root.reset();
+        self->fn.reset();
+        complete_task(self);
+        return;
+      }
+      if (c.yield_requested) {
+        c.yield_requested = false;
+        uint32_t s = h->state.load(std::memory_order_relaxed);
+        while (!h->state.compare_exchange_weak(s, (s & ~kRunning) | kNotified,
+                                               std::memory_order_acq_rel,
+                                               std::memory_order_relaxed)) {
+        }
+        schedule_task(h, ScheduleKind::kYield);
+        return;
+      }
+    }
+    prev = h->state.fetch_and(~kRunning, std::memory_order_acq_rel);
+    if (prev & kNotified) schedule_task(h, ScheduleKind::kYield);  // woken while running
+  }
+
+  static void shutdown(TaskHeader* h) noexcept {
+    auto* self = static_cast<CoroTask*>(h);
+    h->state.fetch_xor(task_state::kNotified | task_state::kRunning, std::memory_order_acq_rel);
+    self->drop_future();
+    complete_task(self);
+  }
+
+  static void dealloc(TaskHeader* h) noexcept {
+    Scheduler* s = h->scheduler;
+    delete static_cast<CoroTask*>(h);
+    note_task_freed(s);
+  }
+
+  static constexpr TaskVTable kVTable{&poll, &shutdown, &dealloc};
+};
+
+}  // namespace sg::exec

@@ -1,0 +1,156 @@
+// Notify: wakes one waiting task, or stores a single permit when none waits (Tokio's
+// sync::Notify notify_one / notified semantics).
+//
+// State (atomic, so the uncontended paths take no lock):
+//   EMPTY     no permit, no waiter
+//   NOTIFIED  one stored permit
+//   WAITING   the waiter list is non-empty (only changed under `mu_`)
+// Waiters live in their awaiter (in the coroutine frame) and are linked under `mu_`; a
+// waiter destroyed while linked (its task was cancelled) unlinks itself under `mu_`.
+#pragma once
+
+#include <atomic>
+#include <coroutine>
+#include <cstdint>
+#include <mutex>
+
+#include "exec/coro.h"
+
+namespace sg::exec {
+
+class Notify {
+  static constexpr uint32_t kEmpty = 0, kNotified = 1, kWaiting = 2;
+
+  struct Waiter {
+    Waiter* prev = nullptr;
+    Waiter* next = nullptr;
+    Waker waker;
+    std::atomic<bool> linked{false};
+  };
+
+ public:
+  Notify() = default;
+  Notify(const Notify&) = delete;
+  Notify& operator=(const Notify&) = delete;
+  ~Notify() {
+    // Tasks still waiting could never be notified again: cancel them (they are dropped at
+    // their next scheduling) and unlink them so nothing points here.
+    std::unique_lock lk(mu_);
+    while (Waiter* w = head_) {
+      Waker waker = std::move(w->waker);
+      pop_locked(w);
+      lk.unlock();
+      if (waker) {
+        waker.task()->state.fetch_or(task_state::kCancelled, std::memory_order_acq_rel);
+        std::move(waker).wake({}, ScheduleKind::kYield);
+      }
+      lk.lock();
+    }
+  }
+
+  // Wakes the oldest waiter, or stores a permit if nobody waits (at most one permit).
+  void notify_one() {
+    uint32_t s = state_.load(std::memory_order_acquire);
+    for (;;) {
+      if (s != kWaiting) {
+        // Acq_rel: the woken task's later permit-consuming CAS acquires our writes.
+        if (state_.compare_exchange_weak(s, kNotified, std::memory_order_acq_rel,
+                                         std::memory_order_acquire)) {
+          return;
+        }
+        continue;
+      }
+      std::unique_lock lk(mu_);
+      s = state_.load(std::memory_order_relaxed);
+      if (s != kWaiting) continue;  // the list emptied meanwhile
+      Waiter* w = head_;
+      Waker waker = std::move(w->waker);
+      pop_locked(w);
+      if (head_ == nullptr) state_.store(kEmpty, std::memory_order_release);
+      lk.unlock();
+      std::move(waker).wake();
+      return;
+    }
+  }
+
+  auto notified() noexcept {
+    struct Awaiter {
+      Notify* n;
+      Waiter node;
+      bool forced_yield = false;
+      bool waited = false;
+
+      bool await_ready() noexcept {
+        uint32_t expected = kNotified;
+        if (n->state_.compare_exchange_strong(expected, kEmpty, std::memory_order_acq_rel,
+                                              std::memory_order_relaxed)) {
+          // Took the permit. Completed at once; yield if the budget is spent.
+          forced_yield = !coop_proceed();
+          return !forced_yield;
+        }
+        return false;
+      }
+      bool await_suspend(std::coroutine_handle<> h) noexcept {
+        if (forced_yield) {
+          YieldAwaiter{true}.await_suspend(h);
+          return true;
+        }
+        std::lock_guard lk(n->mu_);
+        uint32_t s = n->state_.load(std::memory_order_relaxed);
+        if (s == kNotified) {
+          n->state_.store(kEmpty, std::memory_order_relaxed);
+          return false;  // permit arrived meanwhile: continue without suspending
+        }
+        node.waker = arm_wait(h);
+        waited = true;
+        n->push_locked(&node);
+        n->state_.store(kWaiting, std::memory_order_release);
+        return true;
+      }
+      // A completed wait spends one unit of the budget (the permit path spent it in
+      // await_ready).
+      void await_resume() noexcept {
+        if (waited) coop_proceed();
+      }
+
+      Awaiter(Notify* notify) noexcept : n(notify) {}
+      Awaiter(Awaiter&& o) noexcept : n(o.n) {}
+      ~Awaiter() {
+        // Acquire pairs with the notifier's release store of linked=false.
+        if (node.linked.load(std::memory_order_acquire)) {
+          std::lock_guard lk(n->mu_);
+          if (node.linked.load(std::memory_order_relaxed)) {
+            n->pop_locked(&node);
+            if (n->head_ == nullptr) n->state_.store(kEmpty, std::memory_order_release);
+          }
+        }
+      }
+    };
+    return Awaiter{this};
+  }
+
+ private:
+  void push_locked(Waiter* w) {
+    w->prev = tail_;
+    w->next = nullptr;
+    if (tail_) tail_->next = w;
+    else head_ = w;
+    tail_ = w;
+    w->linked.store(true, std::memory_order_relaxed);
+  }
+  void pop_locked(Waiter* w) {
+    if (w->prev) w->prev->next = w->next;
+    else head_ = w->next;
+    if (w->next) w->next->prev = w->prev;
+    else tail_ = w->prev;
+    w->prev = w->next = nullptr;
+    w->linked.store(false, std::memory_order_release);
+  }
+
+  std::atomic<uint32_t> state_{kEmpty};
+  std::mutex mu_;
+  Waiter* head_ = nullptr;
+  Waiter* tail_ = nullptr;
+};
+
+}  // namespace sg::exec

@@ -1,0 +1,89 @@
+#include "exec/parker.h"
+
+#include "exec/context.h"
+
+namespace sg::exec {
+
+namespace {
+
+// Marks the thread as dispatching driver completions, so tasks they wake go to the back
+// of this worker's queue instead of churning its LIFO slot.
+struct DriverScope {
+  DriverScope() { tl_ctx.in_driver = true; }
+  ~DriverScope() { tl_ctx.in_driver = false; }
+};
+
+}  // namespace
+
+bool Parker::park() {
+  uint32_t expected = kNotified;
+  if (state_.compare_exchange_strong(expected, kEmpty, std::memory_order_seq_cst)) return false;
+  if (driver_->driver != nullptr && driver_->lock.try_lock()) {
+    park_driver();
+    driver_->lock.unlock();
+    return true;
+  }
+  park_condvar();
+  return false;
+}
+
+void Parker::park_condvar() {
+  std::unique_lock lk(mu_);
+  uint32_t expected = kEmpty;
+  if (!state_.compare_exchange_strong(expected, kParkedCondvar, std::memory_order_seq_cst)) {
+    // Notified between the first check and here: consume it.
+    state_.exchange(kEmpty, std::memory_order_seq_cst);
+    return;
+  }
+  for (;;) {
+    cv_.wait(lk);
+    expected = kNotified;
+    if (state_.compare_exchange_strong(expected, kEmpty, std::memory_order_seq_cst)) return;
+    // Spurious wake-up: keep waiting.
+  }
+}
+
+void Parker::park_driver() {
+  uint32_t expected = kEmpty;
+  if (!state_.compare_exchange_strong(expected, kParkedDriver, std::memory_order_seq_cst)) {
+    state_.exchange(kEmpty, std::memory_order_seq_cst);
+    return;
+  }
+  {
+    DriverScope scope;
+    driver_->driver->park(driver_->max_events);
+  }
+  // Either still PARKED_DRIVER (woken by I/O) or NOTIFIED (woken by unpark): both end here.
+  state_.exchange(kEmpty, std::memory_order_seq_cst);
+}
+
+bool Parker::poll_driver() {
+  if (driver_->driver == nullptr || !driver_->lock.try_lock()) return false;
+  {
+    DriverScope scope;
+    driver_->driver->poll(driver_->max_events);
+  }
+  driver_->lock.unlock();
+  return true;
+}
+
+void Parker::unpark() {
+  switch (state_.exchange(kNotified, std::memory_order_seq_cst)) {
+    case kEmpty:
+    case kNotified:
+      return;
+    case kParkedCondvar: {
+      // Taking the lock orders this signal after the parked thread's wait began.
+      { std::lock_guard lk(mu_); }
+      cv_.notify_one();
+      return;
+    }
+    case kParkedDriver:
+      driver_->driver->unpark();
+      return;
+    default:
+      return;
+  }
+}
+
+}  // namespace sg::exec

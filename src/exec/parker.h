@@ -1,0 +1,46 @@
+// Per-worker park/unpark (Tokio's park.rs). A parking worker try-locks the shared driver:
+// the winner blocks in the I/O driver (epoll), the others on their own condition variable.
+//
+// State machine (one atomic per worker):
+//   EMPTY -> PARKED_CONDVAR | PARKED_DRIVER   (the parking thread, by CAS)
+//   any   -> NOTIFIED                          (unpark, by swap; the old value tells how to
+//                                              wake: signal the condvar or the driver)
+//   NOTIFIED -> EMPTY                          (the parked thread consumes the notification)
+// A notification that arrives before park() is not lost: park() consumes it and returns.
+// The condvar branch takes the mutex around the state change and the unparker takes it
+// before signalling, so a signal cannot fall between the CAS and the wait.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+
+#include "exec/driver.h"
+
+namespace sg::exec {
+
+class Parker {
+ public:
+  explicit Parker(SharedDriver* driver) : driver_(driver) {}
+
+  // Sleeps until unpark(), or, when this thread wins the driver, until I/O is ready.
+  // Returns true when this thread drove the I/O driver.
+  bool park();
+  // Polls the driver without blocking if no other thread holds it. True if it polled.
+  bool poll_driver();
+  void unpark();
+
+ private:
+  static constexpr uint32_t kEmpty = 0, kParkedCondvar = 1, kParkedDriver = 2, kNotified = 3;
+
+  void park_condvar();
+  void park_driver();
+
+  std::atomic<uint32_t> state_{kEmpty};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  SharedDriver* driver_;
+};
+
+}  // namespace sg::exec

@@ -1,0 +1,172 @@
+// Public API of the executor.
+//
+//   sg::exec::Runtime rt(cfg);                     // starts cfg.worker_threads workers
+//   auto h = rt.spawn([]() -> Task<int> { co_await yield_now(); co_return 42; });
+//   std::optional<int> v = h.wait();               // from a non-worker thread
+//   // inside a task: exec::spawn(...), co_await handle, co_await yield_now()
+//
+// A callable returning Task<T> becomes a coroutine task (it can suspend, be woken,
+// yield, be cancelled); any other callable becomes a closure task that runs once.
+//
+// Shutdown (explicit or in ~Runtime): workers stop; queued tasks and tasks suspended on
+// I/O or timers are dropped (their frames destroyed, destructors run); queued blocking
+// tasks are dropped and running ones finish; all threads are joined. A task suspended
+// forever on a primitive that outlives the runtime (a Notify nobody notifies) is cancelled
+// when that primitive is destroyed.
+#pragma once
+
+#include <memory>
+#include <type_traits>
+#include <utility>
+
+#include "exec/config.h"
+#include "exec/context.h"
+#include "exec/coro.h"
+#include "exec/driver.h"
+#include "exec/join_handle.h"
+#include "exec/scheduler.h"
+#include "exec/stats.h"
+#include "exec/task.h"
+
+namespace sg::exec {
+
+namespace detail {
+
+// Allocates the task object for `f`: a CoroTask when f is (or returns) a Task<T>, a
+// ClosureTask otherwise. Returns the task and a pointer to its output.
+template <class F>
+auto make_task(Scheduler* s, F&& f, bool with_handle) {
+  using Fn = std::decay_t<F>;
+  if (s != nullptr) s->note_task_created();
+  if constexpr (is_task_v<Fn>) {
+    using T = typename Fn::value_type;
+    auto* t = new CoroTask<T, Fn>(s, Fn(std::forward<F>(f)), with_handle);
+    return std::pair<JoinableTask*, TaskOutput<T>*>{t, &t->output};
+  } else {
+    using R = std::invoke_result_t<Fn&>;
+    if constexpr (is_task_v<R>) {
+      using T = typename R::value_type;
+      auto* t = new CoroTask<T, Fn>(s, Fn(std::forward<F>(f)), with_handle);
+      return std::pair<JoinableTask*, TaskOutput<T>*>{t, &t->output};
+    } else {
+      auto* t = new ClosureTask<Fn, R>(s, Fn(std::forward<F>(f)), with_handle);
+      return std::pair<JoinableTask*, TaskOutput<R>*>{t, &t->output};
+    }
+  }
+}
+
+template <class F>
+using spawn_output_t = typename std::remove_pointer_t<
+    decltype(make_task(nullptr, std::declval<F>(), true).second)>;
+template <class O>
+struct output_value;
+template <class T>
+struct output_value<TaskOutput<T>> {
+  using type = T;
+};
+template <class F>
+using spawn_value_t = typename output_value<spawn_output_t<F>>::type;
+
+}  // namespace detail
+
+class Handle {
+ public:
+  Handle() = default;
+  explicit Handle(Scheduler* s) noexcept : s_(s) {}
+
+  // The runtime of the calling worker thread; invalid (valid() == false) elsewhere.
+  static Handle current() noexcept { return Handle(tl_ctx.scheduler); }
+
+  bool valid() const noexcept { return s_ != nullptr; }
+  Scheduler* scheduler() const noexcept { return s_; }
+  Driver* driver() const noexcept { return s_->driver(); }
+  const RuntimeConfig& config() const noexcept { return s_->config(); }
+  RuntimeStats stats() const { return s_->stats(); }
+
+  template <class F>
+  JoinHandle<detail::spawn_value_t<F>> spawn(F&& f) const {
+    auto [t, out] = detail::make_task(s_, std::forward<F>(f), true);
+    s_->schedule(t, ScheduleKind::kWake);
+    return JoinHandle<detail::spawn_value_t<F>>(t, out);
+  }
+
+  // Like spawn, without a JoinHandle: the cheapest path for fire-and-forget tasks.
+  template <class F>
+  void spawn_detached(F&& f) const {
+    auto [t, out] = detail::make_task(s_, std::forward<F>(f), false);
+    (void)out;
+    s_->schedule(t, ScheduleKind::kWake);
+  }
+
+  // Runs a blocking callable on the blocking pool, never on a worker.
+  template <class F>
+  JoinHandle<std::invoke_result_t<std::decay_t<F>&>> spawn_blocking(F&& f) const {
+    using Fn = std::decay_t<F>;
+    using R = std::invoke_result_t<Fn&>;
+    static_assert(!is_task_v<R>, "spawn_blocking takes a plain callable");
+    s_->note_task_created();
+    auto* t = new ClosureTask<Fn, R>(s_, Fn(std::forward<F>(f)), true);
+    s_->blocking().spawn(t);
+    return JoinHandle<R>(t, &t->output);
+  }
+
+  friend bool operator==(const Handle&, const Handle&) = default;
+
+ private:
+  Scheduler* s_ = nullptr;
+};
+
+class Runtime {
+ public:
+  explicit Runtime(RuntimeConfig cfg = {}, std::unique_ptr<Driver> driver = nullptr)
+      : s_(std::make_unique<Scheduler>(cfg, std::move(driver))) {
+    s_->start();
+  }
+  ~Runtime() { Scheduler::release(std::move(s_)); }
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  Handle handle() const noexcept { return Handle(s_.get()); }
+  const RuntimeConfig& config() const noexcept { return s_->config(); }
+  RuntimeStats stats() const { return s_->stats(); }
+
+  template <class F>
+  auto spawn(F&& f) const {
+    return handle().spawn(std::forward<F>(f));
+  }
+  template <class F>
+  void spawn_detached(F&& f) const {
+    handle().spawn_detached(std::forward<F>(f));
+  }
+  template <class F>
+  auto spawn_blocking(F&& f) const {
+    return handle().spawn_blocking(std::forward<F>(f));
+  }
+  // Spawns `f` and blocks the calling (non-worker) thread until it completes.
+  template <class F>
+  auto block_on(F&& f) const {
+    auto h = spawn(std::forward<F>(f));
+    return h.wait();
+  }
+
+  void shutdown() { s_->shutdown(); }
+
+ private:
+  std::unique_ptr<Scheduler> s_;
+};
+
+// Inside a task: spawn onto the runtime running the caller.
+template <class F>
+auto spawn(F&& f) {
+  return Handle::current().spawn(std::forward<F>(f));
+}
+template <class F>
+void spawn_detached(F&& f) {
+  Handle::current().spawn_detached(std::forward<F>(f));
+}
+template <class F>
+auto spawn_blocking(F&& f) {
+  return Handle::current().spawn_blocking(std::forward<F>(f));
+}
+
+}  // namespace sg::exec

@@ -1,0 +1,161 @@
+#include "exec/scheduler.h"
+
+#include <mutex>
+
+#include "exec/context.h"
+#include "exec/worker.h"
+
+namespace sg::exec {
+
+namespace {
+// Remote schedules are sampled for the delay histogram too (thread-local counter).
+thread_local uint32_t tl_remote_sample = 0;
+constexpr uint32_t kRemoteSampleEvery = 16;
+}  // namespace
+
+void schedule_task(TaskHeader* t, ScheduleKind kind) noexcept { t->scheduler->schedule(t, kind); }
+void note_task_created(Scheduler* s) noexcept { s->note_task_created(); }
+void note_task_freed(Scheduler* s) noexcept { s->note_task_freed(); }
+
+void Scheduler::note_task_created() noexcept {
+  const ThreadContext& c = tl_ctx;
+  if (c.scheduler == this) {
+    auto& n = live_[c.worker_index].n;  // only this thread writes this slot
+    n.store(n.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  } else {
+    live_[workers_.size()].n.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void Scheduler::note_task_freed() noexcept {
+  const ThreadContext& c = tl_ctx;
+  if (c.scheduler == this) {
+    auto& n = live_[c.worker_index].n;
+    n.store(n.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+  } else {
+    live_[workers_.size()].n.fetch_sub(1, std::memory_order_relaxed);
+  }
+}
+
+int64_t Scheduler::live_tasks() const noexcept {
+  int64_t sum = 0;
+  for (std::size_t i = 0; i <= workers_.size(); ++i) sum += live_[i].n.load(std::memory_order_seq_cst);
+  return sum;
+}
+
+namespace {
+// Zombie schedulers stay reachable (not reported as leaks) for the life of the process.
+std::mutex g_zombies_mu;
+std::vector<std::unique_ptr<Scheduler>>* g_zombies = nullptr;
+}  // namespace
+
+void Scheduler::release(std::unique_ptr<Scheduler> s) {
+  if (!s) return;
+  s->shutdown();
+  if (s->live_tasks() == 0) return;  // unique_ptr frees it
+  std::lock_guard lk(g_zombies_mu);
+  if (g_zombies == nullptr) g_zombies = new std::vector<std::unique_ptr<Scheduler>>();
+  g_zombies->push_back(std::move(s));
+}
+
+Scheduler::Scheduler(const RuntimeConfig& cfg, std::unique_ptr<Driver> driver)
+    : cfg_(resolve(cfg)), driver_owner_(std::move(driver)), idle_(cfg_.worker_threads) {
+  driver_.driver = driver_owner_.get();
+  driver_.max_events = cfg_.max_io_events_per_tick;
+  live_ = std::make_unique<LiveSlot[]>(cfg_.worker_threads + 1);
+  workers_.reserve(cfg_.worker_threads);
+  for (std::size_t i = 0; i < cfg_.worker_threads; ++i) {
+    workers_.push_back(std::make_unique<Worker>(this, i));
+  }
+  blocking_ = std::make_unique<BlockingPool>(cfg_.max_blocking_threads, cfg_.blocking_keep_alive,
+                                             cfg_.thread_stack_size, cfg_.thread_name + "-blk");
+}
+
+Scheduler::~Scheduler() { shutdown(); }
+
+void Scheduler::start() {
+  for (auto& w : workers_) w->start();
+}
+
+bool Scheduler::is_worker_thread() const { return tl_ctx.scheduler == this; }
+
+void Scheduler::schedule(TaskHeader* t, ScheduleKind kind) {
+  if (is_shutdown_complete()) {
+    t->vtable->shutdown(t);
+    return;
+  }
+  ThreadContext& c = tl_ctx;
+  if (c.scheduler == this && c.worker != nullptr) {
+    c.worker->schedule_local(t, kind);
+    return;
+  }
+  schedule_remote(t);
+}
+
+void Scheduler::schedule_remote(TaskHeader* t) {
+  if (++tl_remote_sample % kRemoteSampleEvery == 0) t->ready_ns = now_ns();
+  remote_schedules_.fetch_add(1, std::memory_order_relaxed);
+  inject_.push(t);
+  notify_parked();
+}
+
+void Scheduler::notify_parked() {
+  if (auto w = idle_.worker_to_notify()) workers_[*w]->parker().unpark();
+}
+
+void Scheduler::notify_if_work_pending() {
+  for (auto& w : workers_) {
+    if (!w->stealer().is_empty()) {
+      notify_parked();
+      return;
+    }
+  }
+  if (!inject_.is_empty()) notify_parked();
+}
+
+void Scheduler::drain_queues() {
+  // Dropping a task runs destructors that may schedule more tasks (which, once shutdown is
+  // complete, are dropped on the spot); loop until every queue stays empty.
+  for (bool again = true; again;) {
+    again = false;
+    auto drop = [&again](TaskHeader* t) {
+      again = true;
+      t->vtable->shutdown(t);
+    };
+    for (auto& w : workers_) w->drain(drop);
+    while (TaskHeader* t = inject_.pop()) drop(t);
+  }
+}
+
+void Scheduler::shutdown() {
+  if (shutdown_started_.exchange(true, std::memory_order_acq_rel)) return;
+  // 1-2. Stop the workers. They notice the closed queue at their next maintenance.
+  inject_.close();
+  for (auto& w : workers_) w->parker().unpark();
+  for (auto& w : workers_) w->join();
+  // 3. Blocking work: queued tasks are dropped, running ones finish (they may wake
+  //    coroutine tasks, which land in the injection queue and are dropped below).
+  blocking_->shutdown();
+  // 4. From here a scheduled task is dropped immediately.
+  shutdown_complete_.store(true, std::memory_order_release);
+  drain_queues();
+  // 5. Pending I/O and timer operations are destroyed; their handlers abort the waits,
+  //    which drops the waiting tasks (and the sockets in their frames) right away.
+  if (driver_owner_) driver_owner_->shutdown();
+  // 6. Nothing should be left, but a destructor may have scheduled something.
+  drain_queues();
+}
+
+RuntimeStats Scheduler::stats() const {
+  RuntimeStats s;
+  s.workers.reserve(workers_.size());
+  for (const auto& w : workers_) s.workers.push_back(w->published().load());
+  s.injection_queue_depth = inject_.len();
+  s.remote_schedules = remote_schedules_.load(std::memory_order_relaxed);
+  s.blocking_threads = blocking_->num_threads();
+  s.blocking_idle_threads = blocking_->num_idle();
+  s.blocking_queue_depth = blocking_->queue_depth();
+  return s;
+}
+
+}  // namespace sg::exec

@@ -1,0 +1,95 @@
+// Scheduler: the state a runtime's workers share (workers, injection queue, idle
+// coordination, I/O driver, blocking pool) and the shutdown protocol. Internal to exec/;
+// users go through runtime.h.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "exec/blocking_pool.h"
+#include "exec/config.h"
+#include "exec/driver.h"
+#include "exec/idle.h"
+#include "exec/inject_queue.h"
+#include "exec/stats.h"
+#include "exec/task.h"
+#include "exec/worker.h"
+
+namespace sg::exec {
+
+class Scheduler {
+ public:
+  Scheduler(const RuntimeConfig& cfg, std::unique_ptr<Driver> driver);
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  void start();
+
+  // Queues a task that just became NOTIFIED: locally when called on one of our workers,
+  // otherwise through the injection queue. After shutdown it drops the task instead.
+  void schedule(TaskHeader* t, ScheduleKind kind);
+  void schedule_remote(TaskHeader* t);
+  // Wakes one sleeping worker if the idle protocol says one is needed.
+  void notify_parked();
+  // Wakes a sleeper when any queue has work (the last searcher's final check).
+  void notify_if_work_pending();
+
+  // Shutdown, in order (see runtime.h for what happens to tasks):
+  //   1. close the injection queue and wake every worker; workers exit their loops;
+  //   2. join the workers; 3. shut the blocking pool down (queued blocking tasks dropped,
+  //   running ones finish); 4. mark shutdown complete: from now on a scheduled task is
+  //   dropped on the spot; drop every queued task; 5. shut the I/O driver down (pending
+  //   completions abort their waits, so their tasks are dropped too); 6. drain again.
+  void shutdown();
+  bool is_shutdown_complete() const { return shutdown_complete_.load(std::memory_order_acquire); }
+
+  // Shuts down and frees the scheduler. Tasks can outlive their runtime only by being
+  // suspended on a primitive that outlives it (their waker still points here); if any
+  // task is still alive, the scheduler stays allocated as a "zombie" that drops whatever
+  // is scheduled on it, instead of becoming a dangling pointer.
+  static void release(std::unique_ptr<Scheduler> s);
+
+  // Live-task accounting. Each worker counts in its own cache line with plain
+  // load/store (only it writes there); other threads share one atomic slot. Slots may go
+  // negative (a task freed on another worker than the one that spawned it); only the
+  // sum means anything.
+  void note_task_created() noexcept;
+  void note_task_freed() noexcept;
+  int64_t live_tasks() const noexcept;
+
+  RuntimeStats stats() const;
+
+  const RuntimeConfig& config() const { return cfg_; }
+  InjectQueue& inject() { return inject_; }
+  Idle& idle() { return idle_; }
+  SharedDriver& shared_driver() { return driver_; }
+  Driver* driver() { return driver_owner_.get(); }
+  BlockingPool& blocking() { return *blocking_; }
+  std::size_t num_workers() const { return workers_.size(); }
+  Worker& worker(std::size_t i) { return *workers_[i]; }
+  bool is_worker_thread() const;
+
+ private:
+  void drain_queues();
+
+  const RuntimeConfig cfg_;
+  std::unique_ptr<Driver> driver_owner_;
+  SharedDriver driver_;
+  InjectQueue inject_;
+  Idle idle_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::unique_ptr<BlockingPool> blocking_;
+  std::atomic<uint64_t> remote_schedules_{0};
+  std::atomic<bool> shutdown_complete_{false};
+  struct alignas(64) LiveSlot {
+    std::atomic<int64_t> n{0};
+  };
+  std::unique_ptr<LiveSlot[]> live_;  // one per worker, then one shared
+
+  std::atomic<bool> shutdown_started_{false};
+};
+
+}  // namespace sg::exec

@@ -1,0 +1,82 @@
+#include "exec/stats.h"
+
+#include <limits>
+
+namespace sg::exec {
+
+double DelayHistogram::upper_bound_seconds(std::size_t i) {
+  if (i + 1 >= kDelayBuckets) return std::numeric_limits<double>::infinity();
+  return static_cast<double>(uint64_t{1} << (i + kDelayFirstShift)) * 1e-9;
+}
+
+void PublishedWorkerStats::publish(const WorkerCounters& c) {
+  constexpr auto r = std::memory_order_relaxed;  // independent counters; readers tolerate skew
+  polls.store(c.polls, r);
+  local_schedules.store(c.local_schedules, r);
+  remote_polled.store(c.remote_polled, r);
+  steals.store(c.steals, r);
+  steal_operations.store(c.steal_operations, r);
+  overflows.store(c.overflows, r);
+  lifo_hits.store(c.lifo_hits, r);
+  lifo_capped.store(c.lifo_capped, r);
+  forced_yields.store(c.forced_yields, r);
+  parks.store(c.parks, r);
+  unparks.store(c.unparks, r);
+  driver_polls.store(c.driver_polls, r);
+  busy_ns.store(c.busy_ns, r);
+  local_queue_depth.store(c.local_queue_depth, r);
+  global_queue_interval.store(c.global_queue_interval, r);
+  for (std::size_t i = 0; i < kDelayBuckets; ++i) delay_buckets[i].store(c.sched_delay.buckets[i], r);
+  delay_count.store(c.sched_delay.count, r);
+  delay_sum_ns.store(c.sched_delay.sum_ns, r);
+}
+
+WorkerCounters PublishedWorkerStats::load() const {
+  constexpr auto r = std::memory_order_relaxed;
+  WorkerCounters c;
+  c.polls = polls.load(r);
+  c.local_schedules = local_schedules.load(r);
+  c.remote_polled = remote_polled.load(r);
+  c.steals = steals.load(r);
+  c.steal_operations = steal_operations.load(r);
+  c.overflows = overflows.load(r);
+  c.lifo_hits = lifo_hits.load(r);
+  c.lifo_capped = lifo_capped.load(r);
+  c.forced_yields = forced_yields.load(r);
+  c.parks = parks.load(r);
+  c.unparks = unparks.load(r);
+  c.driver_polls = driver_polls.load(r);
+  c.busy_ns = busy_ns.load(r);
+  c.local_queue_depth = local_queue_depth.load(r);
+  c.global_queue_interval = global_queue_interval.load(r);
+  for (std::size_t i = 0; i < kDelayBuckets; ++i) c.sched_delay.buckets[i] = delay_buckets[i].load(r);
+  c.sched_delay.count = delay_count.load(r);
+  c.sched_delay.sum_ns = delay_sum_ns.load(r);
+  return c;
+}
+
+WorkerCounters RuntimeStats::total() const {
+  WorkerCounters t;
+  for (const auto& w : workers) {
+    t.polls += w.polls;
+    t.local_schedules += w.local_schedules;
+    t.remote_polled += w.remote_polled;
+    t.steals += w.steals;
+    t.steal_operations += w.steal_operations;
+    t.overflows += w.overflows;
+    t.lifo_hits += w.lifo_hits;
+    t.lifo_capped += w.lifo_capped;
+    t.forced_yields += w.forced_yields;
+    t.parks += w.parks;
+    t.unparks += w.unparks;
+    t.driver_polls += w.driver_polls;
+    t.busy_ns += w.busy_ns;
+    t.local_queue_depth += w.local_queue_depth;
+    for (std::size_t i = 0; i < kDelayBuckets; ++i) t.sched_delay.buckets[i] += w.sched_delay.buckets[i];
+    t.sched_delay.count += w.sched_delay.count;
+    t.sched_delay.sum_ns += w.sched_delay.sum_ns;
+  }
+  return t;
+}
+
+}  // namespace sg::exec

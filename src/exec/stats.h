@@ -1,0 +1,83 @@
+// Executor statistics. Each worker counts into plain (non-atomic) fields it alone writes;
+// it publishes them into atomics every maintenance tick and when it parks (Tokio's
+// Stats::submit), so counting costs an increment and readers never touch the hot path.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+namespace sg::exec {
+
+// Log2 buckets of scheduling delay in nanoseconds: bucket i holds delays < 2^(i+10) ns
+// (i.e. < 1.02 us, < 2.05 us, ... ), the last bucket is unbounded. 1 us .. ~2.1 s.
+inline constexpr std::size_t kDelayBuckets = 22;
+inline constexpr int kDelayFirstShift = 10;
+
+struct DelayHistogram {
+  std::array<uint64_t, kDelayBuckets> buckets{};
+  uint64_t count = 0;
+  uint64_t sum_ns = 0;
+
+  void record(uint64_t ns) {
+    std::size_t b = 0;
+    uint64_t v = ns >> kDelayFirstShift;
+    while (v != 0 && b + 1 < kDelayBuckets) {
+      v >>= 1;
+      ++b;
+    }
+    ++buckets[b];
+    ++count;
+    sum_ns += ns;
+  }
+  // Upper bound of bucket i in seconds (+inf for the last).
+  static double upper_bound_seconds(std::size_t i);
+};
+
+// Worker-local counters. Monotonic except local_queue_depth (a gauge).
+struct WorkerCounters {
+  uint64_t polls = 0;              // task polls
+  uint64_t local_schedules = 0;    // tasks scheduled from this worker onto itself
+  uint64_t remote_polled = 0;      // tasks this worker took from the injection queue
+  uint64_t steals = 0;             // tasks stolen from other workers
+  uint64_t steal_operations = 0;   // successful steal operations
+  uint64_t overflows = 0;          // times half the local queue moved to the injection queue
+  uint64_t lifo_hits = 0;          // polls of a task taken from the LIFO slot
+  uint64_t lifo_capped = 0;        // ticks where the LIFO slot hit max_lifo_polls_per_tick
+  uint64_t forced_yields = 0;      // yields forced by an exhausted coop budget
+  uint64_t parks = 0;              // times the worker went to sleep
+  uint64_t unparks = 0;            // times it woke up
+  uint64_t driver_polls = 0;       // polls of the I/O driver (blocking or not)
+  uint64_t busy_ns = 0;            // time not parked
+  uint64_t local_queue_depth = 0;  // gauge, at publication time
+  uint64_t global_queue_interval = 0;  // gauge: current (possibly adaptive) interval
+  DelayHistogram sched_delay;      // runnable -> polled, sampled
+};
+
+// One worker's published copy (cache-line aligned so workers never share a line).
+struct alignas(64) PublishedWorkerStats {
+  std::atomic<uint64_t> polls{0}, local_schedules{0}, remote_polled{0}, steals{0},
+      steal_operations{0}, overflows{0}, lifo_hits{0}, lifo_capped{0}, forced_yields{0},
+      parks{0}, unparks{0}, driver_polls{0}, busy_ns{0}, local_queue_depth{0},
+      global_queue_interval{0};
+  std::array<std::atomic<uint64_t>, kDelayBuckets> delay_buckets{};
+  std::atomic<uint64_t> delay_count{0}, delay_sum_ns{0};
+
+  void publish(const WorkerCounters& c);
+  WorkerCounters load() const;
+};
+
+struct RuntimeStats {
+  std::vector<WorkerCounters> workers;
+  uint64_t injection_queue_depth = 0;
+  uint64_t remote_schedules = 0;      // tasks scheduled from outside any worker
+  uint64_t blocking_threads = 0;      // live blocking-pool threads
+  uint64_t blocking_idle_threads = 0;
+  uint64_t blocking_queue_depth = 0;
+
+  // Totals across workers (for tests and summaries).
+  WorkerCounters total() const;
+};
+
+}  // namespace sg::exec

@@ -1,0 +1,337 @@
+// The worker run loop (Tokio's worker.rs, adapted).
+//
+// Each iteration ("tick"):
+//   1. Every event_interval ticks: poll the I/O driver without blocking (if no other
+//      worker holds it), publish stats, notice shutdown.
+//   2. next_task(): every global_queue_interval ticks the injection queue first (fairness:
+//      remote work cannot starve behind local ping-pong); otherwise LIFO slot, local queue,
+//      then a batch from the injection queue (its fair share, at most half our capacity).
+//   3. steal_work(): become a searcher (at most half the workers at once), steal half of a
+//      random victim's queue, finally look at the injection queue once more.
+//   4. park(): register as sleeping (the last searcher re-checks every queue), then sleep
+//      on the condvar, or in the I/O driver if no other worker is driving it.
+// run_task() polls a task, then up to max_lifo_polls_per_tick tasks from the LIFO slot
+// (the task the previous one woke: request/response locality); past the cap the slot is
+// disabled for the tick so two tasks waking each other cannot starve the queue.
+#include "exec/worker.h"
+
+#include <pthread.h>
+#include <time.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+
+#include "exec/context.h"
+#include "exec/scheduler.h"
+
+namespace sg::exec {
+
+uint64_t now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+namespace {
+// One in kDelaySampleEvery schedules is timestamped for the scheduling-delay histogram:
+// two clock reads per sampled task instead of per task.
+constexpr uint32_t kDelaySampleEvery = 16;
+constexpr double kPollTimeEwmaAlpha = 0.1;
+}  // namespace
+
+Worker::Worker(Scheduler* scheduler, std::size_t index)
+    : scheduler_(scheduler),
+      index_(index),
+      cfg_(scheduler->config()),
+      lifo_enabled_(cfg_.lifo_slot),
+      global_queue_interval_(cfg_.global_queue_interval),
+      rand_(static_cast<uint32_t>(0x9E3779B9u * (index + 1))),
+      stealer_(run_queue_.stealer()),
+      parker_(&scheduler->shared_driver()) {
+  poll_time_ewma_ns_ =
+      static_cast<double>(kTargetGlobalQueueIntervalTime.count()) / cfg_.global_queue_interval;
+}
+
+void Worker::start() {
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, cfg_.thread_stack_size);
+  int rc = pthread_create(&thread_, &attr, &Worker::thread_main, this);
+  pthread_attr_destroy(&attr);
+  if (rc != 0) throw std::runtime_error("failed to start worker thread");
+  started_ = true;
+  std::string name = cfg_.thread_name + "-" + std::to_string(index_);
+  name.resize(std::min<std::size_t>(name.size(), 15));  // kernel limit
+  pthread_setname_np(thread_, name.c_str());
+}
+
+void Worker::join() {
+  if (started_) {
+    pthread_join(thread_, nullptr);
+    started_ = false;
+  }
+}
+
+void* Worker::thread_main(void* self) {
+  static_cast<Worker*>(self)->run();
+  return nullptr;
+}
+
+void Worker::run() {
+  ThreadContext& c = tl_ctx;
+  c.scheduler = scheduler_;
+  c.worker = this;
+  c.worker_index = index_;
+  c.counters = &counters_;
+  uint64_t now = now_ns();
+  busy_since_ns_ = now;
+  batch_started_ns_ = now;
+
+  while (!is_shutdown_) {
+    ++tick_;
+    if (tick_ % cfg_.event_interval == 0) maintenance_tick();
+    if (TaskHeader* t = next_task()) {
+      run_task(t);
+      continue;
+    }
+    end_batch(now_ns());
+    if (TaskHeader* t = steal_work()) {
+      batch_started_ns_ = now_ns();
+      run_task(t);
+      continue;
+    }
+    park();
+    batch_started_ns_ = now_ns();
+  }
+  publish_stats(now_ns());
+  c = ThreadContext{};
+}
+
+// --- scheduling -------------------------------------------------------------------------
+
+void Worker::push_back(TaskHeader* t) {
+  run_queue_.push_back_or_overflow(t, scheduler_->inject(), &counters_);
+}
+
+void Worker::schedule_local(TaskHeader* t, ScheduleKind kind) {
+  ++counters_.local_schedules;
+  if (++sample_counter_ % kDelaySampleEvery == 0) t->ready_ns = now_ns();
+  const bool in_driver = tl_ctx.in_driver;
+  if (kind == ScheduleKind::kWake && lifo_enabled_ && !in_driver) {
+    // The LIFO slot: the woken task runs next. Its previous occupant goes to the queue.
+    TaskHeader* prev = lifo_;
+    lifo_ = t;
+    if (prev == nullptr) return;  // nothing stealable was added: no need to wake anyone
+    push_back(prev);
+  } else {
+    push_back(t);
+  }
+  // Others may steal what we just queued. While dispatching driver completions we are
+  // about to run them ourselves; park() notifies afterwards if there is surplus.
+  if (!in_driver) scheduler_->notify_parked();
+}
+
+TaskHeader* Worker::next_local_task() {
+  if (TaskHeader* t = lifo_) {
+    lifo_ = nullptr;
+    return t;
+  }
+  return run_queue_.pop();
+}
+
+TaskHeader* Worker::next_task() {
+  InjectQueue& inject = scheduler_->inject();
+  if (tick_ % global_queue_interval_ == 0) {
+    tune_global_queue_interval();
+    if (TaskHeader* t = inject.pop()) {
+      ++counters_.remote_polled;
+      return t;
+    }
+    return next_local_task();
+  }
+  if (TaskHeader* t = next_local_task()) return t;
+  if (inject.is_empty()) return nullptr;
+
+  // Local queue empty: take our share of the injection queue in one lock acquisition,
+  // leaving the rest for other workers, and never more than half our capacity.
+  std::size_t cap = std::min<std::size_t>(run_queue_.remaining_slots(), LocalQueue<TaskHeader>::kCapacity / 2);
+  std::size_t n = std::min(inject.len() / scheduler_->num_workers() + 1, cap);
+  n = std::max<std::size_t>(n, 1);
+  TaskHeader* batch[LocalQueue<TaskHeader>::kCapacity / 2];
+  std::size_t got = inject.pop_n(batch, n);
+  if (got == 0) return nullptr;
+  counters_.remote_polled += got;
+  if (got > 1) run_queue_.push_back_batch(batch + 1, static_cast<uint32_t>(got - 1));
+  return batch[0];
+}
+
+TaskHeader* Worker::steal_work() {
+  Idle& idle = scheduler_->idle();
+  if (cfg_.work_stealing) {
+    if (!is_searching_) is_searching_ = idle.transition_worker_to_searching();
+    if (!is_searching_) return nullptr;
+    const std::size_t n = scheduler_->num_workers();
+    const std::size_t start = rand_.below(static_cast<uint32_t>(n));
+    for (std::size_t i = 0; i < n; ++i) {
+      std::size_t victim = (start + i) % n;
+      if (victim == index_) continue;
+      if (TaskHeader* t = scheduler_->worker(victim).stealer().steal_into(run_queue_, &counters_)) {
+        return t;
+      }
+    }
+  }
+  // Nothing to steal: one last look at the injection queue.
+  if (TaskHeader* t = scheduler_->inject().pop()) {
+    ++counters_.remote_polled;
+    return t;
+  }
+  return nullptr;
+}
+
+void Worker::poll_task(TaskHeader* t) {
+  if (t->ready_ns != 0) {
+    uint64_t now = now_ns();
+    counters_.sched_delay.record(now > t->ready_ns ? now - t->ready_ns : 0);
+    t->ready_ns = 0;
+  }
+  ++counters_.polls;
+  ++batch_polls_;
+  ThreadContext& c = tl_ctx;
+  c.budget = cfg_.coop_budget;
+  c.budget_active = true;
+  t->vtable->poll(t);
+  c.budget_active = false;
+}
+
+void Worker::run_task(TaskHeader* t) {
+  // Leaving the searching state lets another idle worker search; if we were the last
+  // searcher, wake one so a burst of work ramps up more workers.
+  if (is_searching_) {
+    is_searching_ = false;
+    if (scheduler_->idle().transition_worker_from_searching()) scheduler_->notify_parked();
+  }
+  poll_task(t);
+  uint32_t lifo_polls = 0;
+  for (;;) {
+    TaskHeader* next = lifo_;
+    if (next == nullptr) {
+      lifo_enabled_ = cfg_.lifo_slot;
+      return;
+    }
+    lifo_ = nullptr;
+    if (tl_ctx.budget == 0) {
+      // The previous task spent its whole budget: it hogs the worker, so what it woke
+      // waits its turn at the back instead of running right after it.
+      push_back(next);
+      return;
+    }
+    ++lifo_polls;
+    ++counters_.lifo_hits;
+    if (lifo_polls >= cfg_.max_lifo_polls_per_tick) {
+      lifo_enabled_ = false;
+      ++counters_.lifo_capped;
+    }
+    poll_task(next);
+  }
+}
+
+// --- parking ----------------------------------------------------------------------------
+
+bool Worker::should_notify_others() const {
+  // A searcher will find surplus work itself; otherwise share when we hold more than one.
+  if (is_searching_) return false;
+  return (lifo_ != nullptr ? 1u : 0u) + run_queue_.len() > 1;
+}
+
+bool Worker::transition_to_parked() {
+  if (lifo_ != nullptr || run_queue_.has_tasks()) return false;
+  bool last_searcher = scheduler_->idle().transition_worker_to_parked(index_, is_searching_);
+  is_searching_ = false;
+  if (last_searcher) scheduler_->notify_if_work_pending();
+  return true;
+}
+
+bool Worker::transition_from_parked() {
+  Idle& idle = scheduler_->idle();
+  if (lifo_ != nullptr || run_queue_.has_tasks()) {
+    // Woken by our own I/O completions: searching only if someone else also woke us.
+    is_searching_ = !idle.unpark_worker_by_id(index_);
+    return true;
+  }
+  if (idle.is_parked(index_)) return false;  // spurious: nobody took us off the list
+  is_searching_ = true;  // notify_parked counted us as searching
+  return true;
+}
+
+void Worker::park() {
+  if (!transition_to_parked()) return;
+  while (!is_shutdown_) {
+    park_blocking();
+    maintenance();
+    if (transition_from_parked()) break;
+  }
+}
+
+void Worker::park_blocking() {
+  uint64_t now = now_ns();
+  counters_.busy_ns += now - busy_since_ns_;
+  ++counters_.parks;
+  publish_stats(now);
+  busy_since_ns_ = now;  // reset below after waking
+  if (parker_.park()) ++counters_.driver_polls;
+  ++counters_.unparks;
+  busy_since_ns_ = now_ns();
+  if (should_notify_others()) scheduler_->notify_parked();
+}
+
+void Worker::maintenance_tick() {
+  uint64_t now = now_ns();
+  end_batch(now);
+  batch_started_ns_ = now;
+  if (parker_.poll_driver()) ++counters_.driver_polls;
+  if (should_notify_others()) scheduler_->notify_parked();
+  maintenance();
+}
+
+void Worker::maintenance() {
+  uint64_t now = now_ns();
+  counters_.busy_ns += now - busy_since_ns_;
+  busy_since_ns_ = now;
+  publish_stats(now);
+  if (!is_shutdown_) is_shutdown_ = scheduler_->inject().is_closed();
+}
+
+void Worker::publish_stats(uint64_t /*now*/) {
+  counters_.local_queue_depth = run_queue_.len();
+  counters_.global_queue_interval = global_queue_interval_;
+  published_.publish(counters_);
+}
+
+// --- adaptive global queue interval (tokio#5720) ------------------------------------------
+
+void Worker::end_batch(uint64_t now) {
+  if (batch_polls_ == 0) return;
+  double elapsed = static_cast<double>(now - batch_started_ns_);
+  double polls = static_cast<double>(batch_polls_);
+  double mean = elapsed / polls;
+  // Weight the update by how many polls the batch held.
+  double alpha = 1.0 - std::pow(1.0 - kPollTimeEwmaAlpha, polls);
+  poll_time_ewma_ns_ = alpha * mean + (1.0 - alpha) * poll_time_ewma_ns_;
+  batch_polls_ = 0;
+}
+
+void Worker::tune_global_queue_interval() {
+  if (!cfg_.adaptive_global_queue_interval) return;
+  double target = static_cast<double>(kTargetGlobalQueueIntervalTime.count());
+  double per = poll_time_ewma_ns_ > 1.0 ? target / poll_time_ewma_ns_ : kMaxGlobalQueueInterval;
+  uint32_t next = static_cast<uint32_t>(std::clamp(per, double{kMinGlobalQueueInterval},
+                                                   double{kMaxGlobalQueueInterval}));
+  // Ignore jitter.
+  uint32_t cur = global_queue_interval_;
+  if ((next > cur ? next - cur : cur - next) > 2) global_queue_interval_ = next;
+}
+
+}  // namespace sg::exec

@@ -1,0 +1,115 @@
+// One worker: an OS thread that owns a core (local queue, LIFO slot, tick, RNG, counters).
+// See worker.cpp for the run loop.
+#pragma once
+
+#include <pthread.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "exec/config.h"
+#include "exec/local_queue.h"
+#include "exec/parker.h"
+#include "exec/stats.h"
+#include "exec/task.h"
+
+namespace sg::exec {
+
+class Scheduler;
+
+// xorshift32: a worker-private fast RNG for victim selection (Tokio uses FastRand).
+class FastRand {
+ public:
+  explicit FastRand(uint32_t seed) : s_(seed | 1) {}
+  uint32_t next() {
+    s_ ^= s_ << 13;
+    s_ ^= s_ >> 17;
+    s_ ^= s_ << 5;
+    return s_;
+  }
+  uint32_t below(uint32_t n) { return static_cast<uint32_t>((uint64_t{next()} * n) >> 32); }
+
+ private:
+  uint32_t s_;
+};
+
+class Worker {
+ public:
+  Worker(Scheduler* scheduler, std::size_t index);
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  void start();
+  void join();
+
+  // Queues a task from this worker's own thread (spawn, wake, yield, driver completion).
+  void schedule_local(TaskHeader* t, ScheduleKind kind);
+
+  Parker& parker() { return parker_; }
+  const Stealer<TaskHeader>& stealer() const { return stealer_; }
+  const PublishedWorkerStats& published() const { return published_; }
+  std::size_t index() const { return index_; }
+
+  // After join(): hands every queued task (LIFO slot first) to `drop`.
+  template <class Drop>
+  void drain(Drop&& drop) {
+    if (TaskHeader* t = lifo_) {
+      lifo_ = nullptr;
+      drop(t);
+    }
+    while (TaskHeader* t = run_queue_.pop()) drop(t);
+  }
+
+ private:
+  static void* thread_main(void* self);
+  void run();
+
+  TaskHeader* next_task();
+  TaskHeader* next_local_task();
+  TaskHeader* steal_work();
+  void run_task(TaskHeader* t);
+  void poll_task(TaskHeader* t);
+
+  void park();
+  bool transition_to_parked();
+  bool transition_from_parked();
+  void park_blocking();
+  void maintenance_tick();
+  void maintenance();
+  bool should_notify_others() const;
+  void end_batch(uint64_t now);
+  void tune_global_queue_interval();
+  void publish_stats(uint64_t now);
+  void push_back(TaskHeader* t);
+
+  Scheduler* const scheduler_;
+  const std::size_t index_;
+  const RuntimeConfig& cfg_;
+
+  // --- core: touched only by this worker's thread (and by shutdown after join) ---
+  LocalQueue<TaskHeader> run_queue_;
+  TaskHeader* lifo_ = nullptr;
+  bool lifo_enabled_;
+  bool is_searching_ = false;
+  bool is_shutdown_ = false;
+  uint32_t tick_ = 0;
+  uint32_t global_queue_interval_;
+  uint32_t sample_counter_ = 0;
+  FastRand rand_;
+  WorkerCounters counters_;
+  uint64_t busy_since_ns_ = 0;
+  uint64_t batch_started_ns_ = 0;
+  uint64_t batch_polls_ = 0;
+  double poll_time_ewma_ns_ = 0;
+
+  // --- shared with other threads ---
+  Stealer<TaskHeader> stealer_;
+  Parker parker_;
+  PublishedWorkerStats published_;
+  pthread_t thread_{};
+  bool started_ = false;
+};
+
+uint64_t now_ns();
+
+}  // namespace sg::exec
