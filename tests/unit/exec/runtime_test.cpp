@@ -100,10 +100,23 @@ TEST(Runtime, EveryTaskRunsExactlyOnceUnderLocalSpawnAndSteal) {
   });
   ASSERT_TRUE(eventually([&] { return done.load(std::memory_order_acquire) == kTasks; }));
   for (int i = 0; i < kTasks; ++i) ASSERT_EQ(r[i].load(), 1) << "task " << i;
-  // Stats are published when workers park, so wait for the idle workers' snapshot. One
-  // task spawning 200k children overflows its local queue into the injection queue.
+  // Stats are published when workers park, so wait for the idle workers' snapshot.
   EXPECT_TRUE(eventually([&] { return rt.stats().total().polls >= static_cast<uint64_t>(kTasks); }));
-  EXPECT_GT(rt.stats().total().overflows, 0u);
+}
+
+TEST(Runtime, FloodingTheLocalQueueOverflowsToTheInjectionQueue) {
+  // One worker, nobody to steal: a task that spawns 1000 children fills its 256-slot
+  // queue, and every further 128 spawns move half of it to the injection queue.
+  Runtime rt(workers(1));
+  std::atomic<int> done{0};
+  rt.spawn_detached([&] {
+    for (int i = 0; i < 1000; ++i) spawn_detached([&] { done.fetch_add(1); });
+  });
+  ASSERT_TRUE(eventually([&] { return done.load() == 1000; }));
+  ASSERT_TRUE(eventually([&] { return rt.stats().total().polls >= 1001; }));
+  // 1000 spawns: the LIFO slot holds one, the queue 256 before the first overflow, then
+  // one overflow per 128 further pushes.
+  EXPECT_EQ(rt.stats().total().overflows, (1000u - 1 - 256 + 127) / 128);
 }
 
 TEST(Runtime, RemoteSpawnsFromManyThreadsRunOnce) {
