@@ -96,15 +96,27 @@ class Notify {
           return true;
         }
         std::lock_guard lk(n->mu_);
-        uint32_t s = n->state_.load(std::memory_order_relaxed);
-        if (s == kNotified) {
-          n->state_.store(kEmpty, std::memory_order_relaxed);
-          return false;  // permit arrived meanwhile: continue without suspending
+        // Only EMPTY -> NOTIFIED happens without the lock (notify_one's fast path), so
+        // every transition out of EMPTY here must be a CAS, or a permit set concurrently
+        // would be overwritten and lost.
+        for (uint32_t s = n->state_.load(std::memory_order_acquire);;) {
+          if (s == kNotified) {
+            if (n->state_.compare_exchange_weak(s, kEmpty, std::memory_order_acq_rel,
+                                                std::memory_order_acquire)) {
+              return false;  // a permit arrived meanwhile: continue without suspending
+            }
+            continue;
+          }
+          if (s == kEmpty &&
+              !n->state_.compare_exchange_weak(s, kWaiting, std::memory_order_acq_rel,
+                                               std::memory_order_acquire)) {
+            continue;
+          }
+          break;  // WAITING: stays so while we hold the lock
         }
         node.waker = arm_wait(h);
         waited = true;
         n->push_locked(&node);
-        n->state_.store(kWaiting, std::memory_order_release);
         return true;
       }
       // A completed wait spends one unit of the budget (the permit path spent it in

@@ -1,0 +1,55 @@
+#include "io/reactor.h"
+
+#include <asio/post.hpp>
+
+namespace sg::io {
+
+Reactor::Reactor()
+    : ioc_(std::make_unique<asio::io_context>()),
+      guard_(std::make_unique<asio::executor_work_guard<asio::io_context::executor_type>>(
+          ioc_->get_executor())) {}
+
+Reactor::~Reactor() { shutdown(); }
+
+void Reactor::park(uint32_t max_events) {
+  // One blocking wait for the first completion, then whatever else is ready.
+  if (ioc_->run_one() == 0) return;
+  for (uint32_t n = 1; n < max_events && ioc_->poll_one() != 0; ++n) {
+  }
+}
+
+void Reactor::poll(uint32_t max_events) {
+  for (uint32_t n = 0; n < max_events && ioc_->poll_one() != 0; ++n) {
+  }
+}
+
+void Reactor::unpark() {
+  if (wake_pending_.exchange(true, std::memory_order_acq_rel)) return;
+  // The handler only clears the flag; its arrival is what makes run_one() return.
+  asio::post(*ioc_, [this] { wake_pending_.store(false, std::memory_order_release); });
+}
+
+void Reactor::shutdown() {
+  if (!ioc_) return;
+  guard_.reset();
+  ioc_->stop();
+  // Destroying the io_context destroys every pending operation; our handlers then abort
+  // their waits, which drops the waiting tasks (executor shutdown is complete by now).
+  ioc_.reset();
+}
+
+Runtime::Runtime(exec::RuntimeConfig cfg) {
+  auto reactor = std::make_unique<Reactor>();
+  reactor_ = reactor.get();
+  rt_ = std::make_unique<exec::Runtime>(cfg, std::move(reactor));
+}
+
+Runtime::~Runtime() { rt_.reset(); }
+
+Reactor* current_reactor() noexcept {
+  exec::Handle h = exec::Handle::current();
+  if (!h.valid()) return nullptr;
+  return static_cast<Reactor*>(h.driver());
+}
+
+}  // namespace sg::io

@@ -1,0 +1,74 @@
+// The I/O driver: Asio's io_context used only as epoll reactor and timer queue.
+//
+// No user code runs inside the io_context: completion handlers installed by src/io only
+// record the result and wake the waiting task (exec::Waker), which then runs on a worker.
+// The io_context is driven by whichever parked worker wins the executor's driver lock
+// (run_one blocks in epoll_wait), or polled without blocking by a busy worker every
+// event_interval ticks.
+#pragma once
+
+#include <asio/executor_work_guard.hpp>
+#include <asio/io_context.hpp>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+#include "exec/driver.h"
+#include "exec/runtime.h"
+
+namespace sg::io {
+
+class Reactor final : public exec::Driver {
+ public:
+  Reactor();
+  ~Reactor() override;
+
+  asio::io_context& context() { return *ioc_; }
+
+  void park(uint32_t max_events) override;
+  void poll(uint32_t max_events) override;
+  void unpark() override;
+  void shutdown() override;
+
+ private:
+  std::unique_ptr<asio::io_context> ioc_;
+  // Keeps run_one() blocking when no operation is pending (TOOLCHAIN.md §5.4).
+  std::unique_ptr<asio::executor_work_guard<asio::io_context::executor_type>> guard_;
+  // Coalesces unpark() calls: at most one wake-up handler is queued at a time.
+  std::atomic<bool> wake_pending_{false};
+};
+
+// An executor runtime whose workers drive an Asio reactor.
+class Runtime {
+ public:
+  explicit Runtime(exec::RuntimeConfig cfg = {});
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  exec::Runtime& exec() { return *rt_; }
+  exec::Handle handle() const { return rt_->handle(); }
+  Reactor& reactor() { return *reactor_; }
+  asio::io_context& context() { return reactor_->context(); }
+
+  template <class F>
+  auto spawn(F&& f) {
+    return rt_->spawn(std::forward<F>(f));
+  }
+  template <class F>
+  auto block_on(F&& f) {
+    return rt_->block_on(std::forward<F>(f));
+  }
+  void shutdown() { rt_->shutdown(); }
+
+ private:
+  Reactor* reactor_;  // owned by the scheduler inside rt_
+  std::unique_ptr<exec::Runtime> rt_;
+};
+
+// The reactor of the runtime running the calling task (nullptr off-runtime or when the
+// runtime has no I/O driver).
+Reactor* current_reactor() noexcept;
+
+}  // namespace sg::io
