@@ -1,0 +1,89 @@
+// TCP streams and listeners on the executor.
+//
+// Reads and writes are plain non-blocking syscalls made by the worker running the task;
+// only when one would block does the task wait for readiness through the reactor
+// (wait_ready). Each completed operation spends one unit of the task's coop budget.
+// Deadlines are absolute (io::Deadline); an expired wait yields errc::timed_out and
+// leaves the socket usable (e.g. to write a 408 before closing).
+#pragma once
+
+#include <span>
+#include <string_view>
+#include <system_error>
+
+#include "common/result.h"
+#include "exec/coro.h"
+#include "io/wait.h"
+
+namespace sg::io {
+
+struct IoResult {
+  std::error_code ec;
+  std::size_t n = 0;
+};
+
+class TcpStream {
+ public:
+  TcpStream() = default;
+  explicit TcpStream(Socket s);
+  TcpStream(TcpStream&&) noexcept = default;
+  TcpStream& operator=(TcpStream&&) noexcept = default;
+
+  bool is_open() const { return sock_ && sock_->is_open(); }
+  int native_handle() { return sock_->native_handle(); }
+  Socket& socket() { return *sock_; }
+
+  // Reads at most buf.size() bytes; n == 0 with no error means the peer closed.
+  exec::Task<IoResult> read_some(std::span<char> buf, Deadline dl = {});
+  // Writes every byte of every buffer (gathered with writev), or fails.
+  exec::Task<std::error_code> write_all(std::span<const std::string_view> bufs, Deadline dl = {});
+  exec::Task<std::error_code> write_all(std::string_view data, Deadline dl = {});
+  // Waits until data (or EOF/error) is readable.
+  exec::Task<std::error_code> wait_readable(Deadline dl = {});
+
+  // True when the peer has closed or reset, checked without blocking or consuming data.
+  bool peer_closed();
+
+  void shutdown_write();
+  void close();
+  tcp::endpoint remote_endpoint() const;
+  tcp::endpoint local_endpoint() const;
+  void set_nodelay(bool on);
+
+  // Connects to `ep` (non-blocking connect + writable wait), on the reactor `ctx`.
+  static exec::Task<Result<TcpStream>> connect(asio::io_context& ctx, tcp::endpoint ep, Deadline dl);
+
+ private:
+  std::optional<Socket> sock_;
+};
+
+struct ListenOptions {
+  int backlog = 1024;
+  bool reuse_port = false;
+};
+
+class TcpListener {
+ public:
+  // Binds and listens; port 0 picks a free port (see local_endpoint()).
+  static Result<TcpListener> bind(asio::io_context& ctx, tcp::endpoint ep, const ListenOptions& opts);
+
+  TcpListener(TcpListener&&) noexcept = default;
+  TcpListener& operator=(TcpListener&&) noexcept = default;
+
+  // Accepts one connection. EMFILE/ENFILE and other resource errors come back as errors
+  // (the caller backs off); the listener stays usable.
+  exec::Task<Result<TcpStream>> accept(Deadline dl = {});
+  tcp::endpoint local_endpoint() const;
+  void close();
+  bool is_open() const { return acceptor_ && acceptor_->is_open(); }
+
+ private:
+  explicit TcpListener(Acceptor a) : acceptor_(std::move(a)) {}
+  std::optional<Acceptor> acceptor_;
+};
+
+// Suspends the current task until `t` (or for `d`).
+exec::Task<void> sleep_until(Clock::time_point t);
+exec::Task<void> sleep_for(Clock::duration d);
+
+}  // namespace sg::io

@@ -1,0 +1,221 @@
+// I/O on the executor: an echo server proving that socket completions resume tasks on
+// worker threads (never inside the io_context), deadlines, connect errors, sleep,
+// cancellation of a task blocked in a read, shutdown with pending I/O.
+#include "io/tcp.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "exec/context.h"
+#include "io/reactor.h"
+
+namespace sg::io {
+namespace {
+
+using namespace std::chrono_literals;
+
+exec::RuntimeConfig two_workers() {
+  exec::RuntimeConfig c;
+  c.worker_threads = 2;
+  return c;
+}
+
+// A blocking client socket connected to 127.0.0.1:port (test side, outside the runtime).
+int client_connect(uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  return fd;
+}
+
+bool on_worker() { return exec::tl_ctx.worker != nullptr && !exec::tl_ctx.in_driver; }
+
+TEST(Tcp, EchoServerCompletionsRunOnWorkers) {
+  Runtime rt(two_workers());
+  auto listener = TcpListener::bind(rt.context(), tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0), {});
+  ASSERT_TRUE(listener.ok()) << listener.error().message();
+  uint16_t port = listener->local_endpoint().port();
+  std::atomic<int> off_worker{0};
+  std::atomic<int> resumes{0};
+  auto server = rt.spawn([&, l = std::move(*listener)]() mutable -> exec::Task<void> {
+    for (int c = 0; c < 3; ++c) {
+      auto conn = co_await l.accept();
+      if (!conn.ok()) co_return;
+      if (!on_worker()) off_worker.fetch_add(1);
+      exec::spawn_detached([&, s = std::move(*conn)]() mutable -> exec::Task<void> {
+        char buf[256];
+        for (;;) {
+          IoResult r = co_await s.read_some(buf);
+          resumes.fetch_add(1);
+          if (!on_worker()) off_worker.fetch_add(1);
+          if (r.ec || r.n == 0) co_return;
+          auto ec = co_await s.write_all(std::string_view(buf, r.n));
+          if (!on_worker()) off_worker.fetch_add(1);
+          if (ec) co_return;
+        }
+      });
+    }
+  });
+  for (int c = 0; c < 3; ++c) {
+    int fd = client_connect(port);
+    ASSERT_GE(fd, 0);
+    for (int i = 0; i < 5; ++i) {
+      std::string msg = "hello " + std::to_string(c) + "/" + std::to_string(i);
+      ASSERT_EQ(::send(fd, msg.data(), msg.size(), 0), static_cast<ssize_t>(msg.size()));
+      std::string got;
+      while (got.size() < msg.size()) {
+        char buf[256];
+        ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+        ASSERT_GT(n, 0);
+        got.append(buf, static_cast<std::size_t>(n));
+      }
+      EXPECT_EQ(got, msg);
+    }
+    ::close(fd);
+  }
+  EXPECT_TRUE(server.wait());
+  EXPECT_GE(resumes.load(), 15);
+  EXPECT_EQ(off_worker.load(), 0);
+}
+
+TEST(Tcp, ReadDeadlineTimesOutAndSocketStaysUsable) {
+  Runtime rt(two_workers());
+  auto listener = TcpListener::bind(rt.context(), tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0), {});
+  ASSERT_TRUE(listener.ok());
+  uint16_t port = listener->local_endpoint().port();
+  auto server = rt.spawn([l = std::move(*listener)]() mutable -> exec::Task<std::string> {
+    auto conn = co_await l.accept();
+    if (!conn.ok()) co_return "accept failed";
+    char buf[16];
+    auto t0 = Clock::now();
+    IoResult r = co_await conn->read_some(buf, Deadline::after(80ms));
+    auto waited = Clock::now() - t0;
+    if (r.ec != std::errc::timed_out) co_return "expected timeout, got " + r.ec.message();
+    if (waited < 70ms) co_return "returned too early";
+    // The socket still works after a timed-out wait.
+    auto ec = co_await conn->write_all("late reply");
+    co_return ec ? ec.message() : "ok";
+  });
+  int fd = client_connect(port);
+  ASSERT_GE(fd, 0);
+  char buf[64];
+  ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+  ASSERT_GT(n, 0);
+  EXPECT_EQ(std::string(buf, static_cast<std::size_t>(n)), "late reply");
+  EXPECT_EQ(server.wait(), "ok");
+  ::close(fd);
+}
+
+TEST(Tcp, ConnectRefusedIsAnError) {
+  Runtime rt(two_workers());
+  // Find a port nobody listens on: bind, read the port, close.
+  uint16_t port;
+  {
+    auto l = TcpListener::bind(rt.context(), tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0), {});
+    ASSERT_TRUE(l.ok());
+    port = l->local_endpoint().port();
+    l->close();
+  }
+  auto& ctx = rt.context();
+  auto ec = rt.block_on([&ctx, port]() -> exec::Task<std::error_code> {
+    auto s = co_await TcpStream::connect(ctx, tcp::endpoint(asio::ip::make_address("127.0.0.1"), port),
+                                         Deadline::after(2s));
+    co_return s.error();
+  });
+  EXPECT_EQ(ec, std::errc::connection_refused);
+}
+
+TEST(Tcp, SleepWaitsAndResumesOnAWorker) {
+  Runtime rt(two_workers());
+  auto r = rt.block_on([]() -> exec::Task<bool> {
+    auto t0 = Clock::now();
+    co_await sleep_for(30ms);
+    co_return Clock::now() - t0 >= 30ms && on_worker();
+  });
+  EXPECT_EQ(r, true);
+}
+
+struct DropFlag {
+  std::atomic<bool>* f;
+  ~DropFlag() { f->store(true); }
+};
+
+TEST(Tcp, CancellingATaskBlockedInReadDropsItsFrame) {
+  Runtime rt(two_workers());
+  auto listener = TcpListener::bind(rt.context(), tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0), {});
+  ASSERT_TRUE(listener.ok());
+  uint16_t port = listener->local_endpoint().port();
+  std::atomic<bool> reading{false}, dropped{false};
+  auto h = rt.spawn([&, l = std::move(*listener)]() mutable -> exec::Task<void> {
+    DropFlag d{&dropped};
+    auto conn = co_await l.accept();
+    if (!conn.ok()) co_return;
+    char buf[16];
+    reading.store(true);
+    co_await conn->read_some(buf);  // the client never writes
+  });
+  int fd = client_connect(port);
+  ASSERT_GE(fd, 0);
+  while (!reading.load()) std::this_thread::sleep_for(1ms);
+  h.cancel();
+  EXPECT_FALSE(h.wait());
+  EXPECT_TRUE(dropped.load());
+  // Dropping the frame closed the server side: the client sees EOF.
+  char buf[4];
+  EXPECT_EQ(::recv(fd, buf, sizeof(buf), 0), 0);
+  ::close(fd);
+}
+
+TEST(Tcp, ShutdownWithPendingIoDropsWaitingTasks) {
+  std::atomic<int> dropped{0};
+  int fd = -1;
+  {
+    Runtime rt(two_workers());
+    auto listener = TcpListener::bind(rt.context(), tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0), {});
+    ASSERT_TRUE(listener.ok());
+    uint16_t port = listener->local_endpoint().port();
+    std::atomic<bool> reading{false};
+    rt.exec().spawn_detached([&, l = std::move(*listener)]() mutable -> exec::Task<void> {
+      struct D {
+        std::atomic<int>* d;
+        ~D() { d->fetch_add(1); }
+      } d{&dropped};
+      auto conn = co_await l.accept();
+      if (!conn.ok()) co_return;
+      reading.store(true);
+      char buf[16];
+      co_await conn->read_some(buf);
+    });
+    rt.exec().spawn_detached([&dropped]() -> exec::Task<void> {
+      struct D {
+        std::atomic<int>* d;
+        ~D() { d->fetch_add(1); }
+      } d{&dropped};
+      co_await sleep_for(1h);
+    });
+    fd = client_connect(port);
+    while (!reading.load()) std::this_thread::sleep_for(1ms);
+  }
+  EXPECT_EQ(dropped.load(), 2);
+  ::close(fd);
+}
+
+}  // namespace
+}  // namespace sg::io
