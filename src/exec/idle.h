@@ -31,6 +31,13 @@ class Idle {
   // Returns a sleeping worker to wake, already counted as unparked and searching, or
   // nothing when a wake-up is not needed.
   std::optional<std::size_t> worker_to_notify();
+  // Cheap pre-check for pushes made by a running worker: a relaxed load instead of the
+  // fencing RMW. A stale answer can only delay parallelism, never lose work: the pushing
+  // worker cannot park while its own queue holds the task.
+  bool maybe_needs_wakeup() const {
+    uint32_t s = state_.load(std::memory_order_relaxed);
+    return (s & kSearchMask) == 0 && (s >> kUnparkShift) < num_workers_;
+  }
 
   // True when the worker may become a searcher (it is then counted).
   bool transition_worker_to_searching();

@@ -25,12 +25,15 @@ class [[nodiscard]] JoinHandle {
   JoinHandle() = default;
   JoinHandle(JoinableTask* t, TaskOutput<T>* out) noexcept : t_(t), out_(out) {}
   JoinHandle(JoinHandle&& o) noexcept
-      : t_(std::exchange(o.t_, nullptr)), out_(std::exchange(o.out_, nullptr)) {}
+      : t_(std::exchange(o.t_, nullptr)),
+        out_(std::exchange(o.out_, nullptr)),
+        registered_waiter_(std::exchange(o.registered_waiter_, false)) {}
   JoinHandle& operator=(JoinHandle&& o) noexcept {
     if (this != &o) {
       detach();
       t_ = std::exchange(o.t_, nullptr);
       out_ = std::exchange(o.out_, nullptr);
+      registered_waiter_ = std::exchange(o.registered_waiter_, false);
     }
     return *this;
   }
@@ -57,7 +60,7 @@ class [[nodiscard]] JoinHandle {
   void detach() noexcept {
     if (t_ == nullptr) return;
     using namespace task_state;
-    uint32_t prev = t_->state.fetch_and(~kJoinWaiter, std::memory_order_acq_rel);
+    uint32_t prev = registered_waiter_ ? t_->state.fetch_and(~kJoinWaiter, std::memory_order_acq_rel) : 0;
     if ((prev & kJoinWaiter) && !(prev & kComplete)) {
       // We registered a waiter and the task has not completed: the slot (and the waiter
       // reference it holds) is ours to drop.
@@ -68,6 +71,7 @@ class [[nodiscard]] JoinHandle {
     if ((prev & kRefMask) == kRefOne) t_->vtable->dealloc(t_);
     t_ = nullptr;
     out_ = nullptr;
+    registered_waiter_ = false;
   }
 
   // Blocks the calling thread until the task completes. Never call it on a worker thread
@@ -97,6 +101,7 @@ class [[nodiscard]] JoinHandle {
       bool await_suspend(std::coroutine_handle<> c) const noexcept {
         using namespace task_state;
         JoinableTask* t = h->t_;
+        h->registered_waiter_ = true;
         Waker w = arm_wait(c);
         uint64_t gen = w.generation();
         CoroTaskBase* self = w.release();
@@ -131,6 +136,7 @@ class [[nodiscard]] JoinHandle {
 
   JoinableTask* t_ = nullptr;
   TaskOutput<T>* out_ = nullptr;
+  bool registered_waiter_ = false;  // saves an RMW in detach() when nobody awaited
 };
 
 }  // namespace sg::exec

@@ -81,6 +81,7 @@ void* Worker::thread_main(void* self) {
 }
 
 void Worker::run() {
+  enable_task_cache();  // before anything else allocates on this thread
   ThreadContext& c = tl_ctx;
   c.scheduler = scheduler_;
   c.worker = this;
@@ -108,6 +109,7 @@ void Worker::run() {
   }
   publish_stats(now_ns());
   c = ThreadContext{};
+  disable_task_cache();
 }
 
 // --- scheduling -------------------------------------------------------------------------
@@ -129,9 +131,12 @@ void Worker::schedule_local(TaskHeader* t, ScheduleKind kind) {
   } else {
     push_back(t);
   }
-  // Others may steal what we just queued. While dispatching driver completions we are
-  // about to run them ourselves; park() notifies afterwards if there is surplus.
-  if (!in_driver) scheduler_->notify_parked();
+  // Others may steal what we just queued. Not for a yield (no runnable work was added),
+  // nor while dispatching driver completions (we are about to run them; park()
+  // notifies afterwards if there is surplus).
+  if (kind != ScheduleKind::kYield && !in_driver && scheduler_->idle().maybe_needs_wakeup()) {
+    scheduler_->notify_parked();
+  }
 }
 
 TaskHeader* Worker::next_local_task() {
@@ -231,8 +236,16 @@ void Worker::run_task(TaskHeader* t) {
     ++lifo_polls;
     ++counters_.lifo_hits;
     if (lifo_polls >= cfg_.max_lifo_polls_per_tick) {
-      lifo_enabled_ = false;
-      ++counters_.lifo_capped;
+      if (run_queue_.has_tasks()) {
+        // Tasks are waiting behind the chain: further wakes this tick go to the back.
+        lifo_enabled_ = false;
+        ++counters_.lifo_capped;
+      } else {
+        // Nobody waits locally; keep the slot (a spawn chain stays cache-hot) but end the
+        // tick so the injection queue and the I/O driver still get their turn.
+        poll_task(next);
+        return;
+      }
     }
     poll_task(next);
   }
