@@ -5,20 +5,21 @@
 // stolen task (glibc arena locking); Tokio's lesson (DESIGN.md) is that allocation matters
 // as much as the queue.
 //
-// Scheme (mimalloc-style "delayed free"): each worker thread owns a cache; every block
-// carries a 16-byte header naming the cache that allocated it (its owner, fixed for the
-// block's lifetime). Freed by its owner, a block goes onto the owner's local free list
-// (plain pointers). Freed by any other thread, it is pushed onto the owner's per-class
-// remote stack with one CAS; the owner takes the whole stack with one exchange when its
-// local list runs dry. A thread gets its cache on its first allocation; when it exits,
-// the cache is retired and later adopted by a new thread.
+// Scheme (mimalloc-style "delayed free"): each thread that allocates owns a cache; every
+// block carries a 16-byte header naming its owner cache (fixed for the block's lifetime).
+// Blocks are carved from 16 KiB slabs and never returned to malloc: freed by its owner, a
+// block goes onto the owner's local free list (plain pointers); freed by any other thread,
+// it is pushed onto the owner's per-class remote stack with one CAS, and the owner takes
+// the whole stack with one exchange when its local list runs dry. Memory held is thus
+// bounded by the peak number of live tasks/frames per thread. A thread's cache, with its
+// blocks, is retired when the thread exits and adopted by the next new thread.
+// Allocations above 1 KiB, and all allocations under AddressSanitizer (so use-after-free
+// stays detectable), go to malloc.
 //
 // Invariants of a remote stack (`ThreadCache::remote[c]`):
 //   * many threads push (CAS loop, release); only the owner pops, and only all at once
 //     (exchange, acquire), so there is no ABA: nobody pops single nodes concurrently.
-//   * when the owner thread exits it swaps in kClosed; later pushers see it and free the
-//     block to malloc. The cache struct itself is never freed (retired), so a pusher can
-//     always read the stack head.
+//   * a retired cache keeps its stacks open; the adopting thread becomes the owner.
 #pragma once
 
 #include <cstddef>
@@ -27,7 +28,7 @@ namespace sg::exec {
 
 inline constexpr std::size_t kAllocClassBytes = 64;
 inline constexpr std::size_t kAllocClasses = 16;       // up to 1 KiB; larger goes to malloc
-inline constexpr std::size_t kAllocCacheDepth = 1024;  // blocks kept on a local list per class
+inline constexpr std::size_t kAllocSlabBytes = 16 * 1024;  // one malloc per slab of blocks
 
 void* task_alloc(std::size_t bytes);
 void task_free(void* p, std::size_t bytes) noexcept;

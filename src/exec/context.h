@@ -2,6 +2,7 @@
 // it is polling, and the task's cooperative budget.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -17,6 +18,7 @@ struct ThreadContext {
   Scheduler* scheduler = nullptr;   // set on worker threads
   Worker* worker = nullptr;         // set on worker threads
   std::size_t worker_index = 0;
+  std::atomic<int64_t>* live_slot = nullptr;  // this worker's live-task counter
   CoroTaskBase* current = nullptr;  // coroutine task being polled on this thread
   WorkerCounters* counters = nullptr;
   uint32_t budget = 0;              // operations left in this scheduling

@@ -30,9 +30,19 @@
 
 namespace sg::exec {
 
+// Result of a completed wait. A plain aggregate: constructing std::error_code calls
+// system_category() out of line, which the hot wake path should not pay for nothing.
 struct WaitResult {
-  std::error_code ec;
-  std::size_t value = 0;
+  int code = 0;                                  // 0: success
+  const std::error_category* category = nullptr;
+  std::size_t value = 0;                         // operation-specific (bytes, tag, ...)
+
+  WaitResult() = default;
+  WaitResult(std::error_code e, std::size_t v = 0) noexcept  // NOLINT(google-explicit-constructor)
+      : code(e.value()), category(e ? &e.category() : nullptr), value(v) {}
+  std::error_code ec() const noexcept {
+    return code == 0 ? std::error_code{} : std::error_code(code, *category);
+  }
 };
 
 namespace wait_phase {
@@ -121,6 +131,29 @@ inline Waker arm_wait(std::coroutine_handle<> h) noexcept {
   t->wait_token.store((gen << 2) | wait_phase::kArmed, std::memory_order_release);
   task_ref_inc(t);
   return Waker(t, gen);
+}
+
+// Arms a wait like arm_wait, without taking a task reference, for primitives that
+// complete the wait while holding the lock the waiter's destructor also takes (so the
+// task cannot be dropped while it is being woken). Complete it with
+// complete_wait_exclusive, under that lock.
+inline uint64_t arm_wait_unowned(std::coroutine_handle<> h) noexcept {
+  CoroTaskBase* t = tl_ctx.current;
+  assert(t != nullptr && "exec awaitables must be awaited inside an executor task");
+  t->leaf = h;
+  uint64_t gen = (t->wait_token.load(std::memory_order_relaxed) >> 2) + 1;
+  t->wait_token.store((gen << 2) | wait_phase::kArmed, std::memory_order_release);
+  return gen;
+}
+
+// Completes a wait armed with arm_wait_unowned. The caller guarantees it is the only
+// possible completer (so no CAS is needed) and that the task stays alive during the call.
+inline void complete_wait_exclusive(CoroTaskBase* t, uint64_t gen, WaitResult r = {},
+                                    ScheduleKind kind = ScheduleKind::kWake) noexcept {
+  t->wait_result = r;
+  // Publishes wait_result to the poll that sees IDLE.
+  t->wait_token.store(gen << 2, std::memory_order_release);
+  wake_task(t, kind);
 }
 
 // Abandons the current task's armed wait (the awaiter decided not to suspend after all).

@@ -5,8 +5,15 @@
 //   EMPTY     no permit, no waiter
 //   NOTIFIED  one stored permit
 //   WAITING   the waiter list is non-empty (only changed under `mu_`)
-// Waiters live in their awaiter (in the coroutine frame) and are linked under `mu_`; a
-// waiter destroyed while linked (its task was cancelled) unlinks itself under `mu_`.
+// Only EMPTY -> NOTIFIED (notify_one) and NOTIFIED -> EMPTY (await_ready) happen without
+// the lock; every other transition is made under `mu_`, and the transitions out of EMPTY
+// under the lock are CASes so they cannot overwrite a concurrent permit.
+//
+// Waiters live in their awaiter (in the coroutine frame) and are linked under `mu_`. A
+// notifier unlinks a waiter and takes a reference on its task under `mu_`, then wakes it
+// after unlocking (waking can run arbitrary drop code at shutdown, which must not find
+// the lock held). A waiter destroyed early (its task was cancelled) unlinks itself under
+// `mu_` if still linked. Only the notifier that unlinked a waiter completes its wait.
 #pragma once
 
 #include <atomic>
@@ -15,6 +22,7 @@
 #include <mutex>
 
 #include "exec/coro.h"
+#include "exec/spin_lock.h"
 
 namespace sg::exec {
 
@@ -24,7 +32,8 @@ class Notify {
   struct Waiter {
     Waiter* prev = nullptr;
     Waiter* next = nullptr;
-    Waker waker;
+    CoroTaskBase* task = nullptr;
+    uint64_t gen = 0;
     std::atomic<bool> linked{false};
   };
 
@@ -34,16 +43,13 @@ class Notify {
   Notify& operator=(const Notify&) = delete;
   ~Notify() {
     // Tasks still waiting could never be notified again: cancel them (they are dropped at
-    // their next scheduling) and unlink them so nothing points here.
+    // their next scheduling, which this causes).
     std::unique_lock lk(mu_);
     while (Waiter* w = head_) {
-      Waker waker = std::move(w->waker);
-      pop_locked(w);
+      Waker waker = take_locked(w);
       lk.unlock();
-      if (waker) {
-        waker.task()->state.fetch_or(task_state::kCancelled, std::memory_order_acq_rel);
-        std::move(waker).wake({}, ScheduleKind::kYield);
-      }
+      waker.task()->state.fetch_or(task_state::kCancelled, std::memory_order_acq_rel);
+      std::move(waker).wake({}, ScheduleKind::kYield);
       lk.lock();
     }
   }
@@ -53,7 +59,7 @@ class Notify {
     uint32_t s = state_.load(std::memory_order_acquire);
     for (;;) {
       if (s != kWaiting) {
-        // Acq_rel: the woken task's later permit-consuming CAS acquires our writes.
+        // Acq_rel: the task that later consumes the permit acquires our writes.
         if (state_.compare_exchange_weak(s, kNotified, std::memory_order_acq_rel,
                                          std::memory_order_acquire)) {
           return;
@@ -63,9 +69,7 @@ class Notify {
       std::unique_lock lk(mu_);
       s = state_.load(std::memory_order_relaxed);
       if (s != kWaiting) continue;  // the list emptied meanwhile
-      Waiter* w = head_;
-      Waker waker = std::move(w->waker);
-      pop_locked(w);
+      Waker waker = take_locked(head_);
       if (head_ == nullptr) state_.store(kEmpty, std::memory_order_release);
       lk.unlock();
       std::move(waker).wake();
@@ -82,7 +86,8 @@ class Notify {
 
       bool await_ready() noexcept {
         uint32_t expected = kNotified;
-        if (n->state_.compare_exchange_strong(expected, kEmpty, std::memory_order_acq_rel,
+        if (n->state_.load(std::memory_order_relaxed) == kNotified &&
+            n->state_.compare_exchange_strong(expected, kEmpty, std::memory_order_acq_rel,
                                               std::memory_order_relaxed)) {
           // Took the permit. Completed at once; yield if the budget is spent.
           forced_yield = !coop_proceed();
@@ -96,9 +101,6 @@ class Notify {
           return true;
         }
         std::lock_guard lk(n->mu_);
-        // Only EMPTY -> NOTIFIED happens without the lock (notify_one's fast path), so
-        // every transition out of EMPTY here must be a CAS, or a permit set concurrently
-        // would be overwritten and lost.
         for (uint32_t s = n->state_.load(std::memory_order_acquire);;) {
           if (s == kNotified) {
             if (n->state_.compare_exchange_weak(s, kEmpty, std::memory_order_acq_rel,
@@ -114,9 +116,10 @@ class Notify {
           }
           break;  // WAITING: stays so while we hold the lock
         }
-        node.waker = arm_wait(h);
+        node.task = tl_ctx.current;
+        node.gen = arm_wait_unowned(h);
         waited = true;
-        n->push_locked(&node);
+        n->link_locked(&node);
         return true;
       }
       // A completed wait spends one unit of the budget (the permit path spent it in
@@ -125,14 +128,15 @@ class Notify {
         if (waited) coop_proceed();
       }
 
-      Awaiter(Notify* notify) noexcept : n(notify) {}
+      explicit Awaiter(Notify* notify) noexcept : n(notify) {}
       Awaiter(Awaiter&& o) noexcept : n(o.n) {}
       ~Awaiter() {
-        // Acquire pairs with the notifier's release store of linked=false.
+        // Acquire pairs with the notifier's release store of linked=false (its last touch).
         if (node.linked.load(std::memory_order_acquire)) {
           std::lock_guard lk(n->mu_);
           if (node.linked.load(std::memory_order_relaxed)) {
-            n->pop_locked(&node);
+            n->unlink_locked(&node);
+            node.linked.store(false, std::memory_order_relaxed);
             if (n->head_ == nullptr) n->state_.store(kEmpty, std::memory_order_release);
           }
         }
@@ -142,7 +146,7 @@ class Notify {
   }
 
  private:
-  void push_locked(Waiter* w) {
+  void link_locked(Waiter* w) {
     w->prev = tail_;
     w->next = nullptr;
     if (tail_) tail_->next = w;
@@ -150,17 +154,26 @@ class Notify {
     tail_ = w;
     w->linked.store(true, std::memory_order_relaxed);
   }
-  void pop_locked(Waiter* w) {
+  // Unlinks w and returns a waker for its task (holding a reference, so the task stays
+  // alive until woken even if its awaiter is destroyed right after we unlock).
+  Waker take_locked(Waiter* w) {
+    unlink_locked(w);
+    task_ref_inc(w->task);
+    Waker waker(w->task, w->gen);
+    // Last touch of the waiter: from here its awaiter may be destroyed.
+    w->linked.store(false, std::memory_order_release);
+    return waker;
+  }
+  void unlink_locked(Waiter* w) {
     if (w->prev) w->prev->next = w->next;
     else head_ = w->next;
     if (w->next) w->next->prev = w->prev;
     else tail_ = w->prev;
     w->prev = w->next = nullptr;
-    w->linked.store(false, std::memory_order_release);
   }
 
   std::atomic<uint32_t> state_{kEmpty};
-  std::mutex mu_;
+  SpinLock mu_;
   Waiter* head_ = nullptr;
   Waiter* tail_ = nullptr;
 };

@@ -13,29 +13,17 @@ thread_local uint32_t tl_remote_sample = 0;
 constexpr uint32_t kRemoteSampleEvery = 16;
 }  // namespace
 
-void schedule_task(TaskHeader* t, ScheduleKind kind) noexcept { t->scheduler->schedule(t, kind); }
+void schedule_task_slow(TaskHeader* t, ScheduleKind kind) noexcept { t->scheduler->schedule(t, kind); }
 void note_task_created(Scheduler* s) noexcept { s->note_task_created(); }
 void note_task_freed(Scheduler* s) noexcept { s->note_task_freed(); }
 
-void Scheduler::note_task_created() noexcept {
-  const ThreadContext& c = tl_ctx;
-  if (c.scheduler == this) {
-    auto& n = live_[c.worker_index].n;  // only this thread writes this slot
-    n.store(n.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-  } else {
-    live_[workers_.size()].n.fetch_add(1, std::memory_order_relaxed);
-  }
+void Scheduler::note_remote_created() noexcept {
+  live_[workers_.size()].n.fetch_add(1, std::memory_order_relaxed);
 }
-
-void Scheduler::note_task_freed() noexcept {
-  const ThreadContext& c = tl_ctx;
-  if (c.scheduler == this) {
-    auto& n = live_[c.worker_index].n;
-    n.store(n.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
-  } else {
-    live_[workers_.size()].n.fetch_sub(1, std::memory_order_relaxed);
-  }
+void Scheduler::note_remote_freed() noexcept {
+  live_[workers_.size()].n.fetch_sub(1, std::memory_order_relaxed);
 }
+std::atomic<int64_t>* Scheduler::live_slot(std::size_t worker) noexcept { return &live_[worker].n; }
 
 int64_t Scheduler::live_tasks() const noexcept {
   int64_t sum = 0;

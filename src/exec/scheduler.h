@@ -10,6 +10,7 @@
 
 #include "exec/blocking_pool.h"
 #include "exec/config.h"
+#include "exec/context.h"
 #include "exec/driver.h"
 #include "exec/idle.h"
 #include "exec/inject_queue.h"
@@ -56,9 +57,25 @@ class Scheduler {
   // load/store (only it writes there); other threads share one atomic slot. Slots may go
   // negative (a task freed on another worker than the one that spawned it); only the
   // sum means anything.
-  void note_task_created() noexcept;
-  void note_task_freed() noexcept;
+  void note_task_created() noexcept {
+    const ThreadContext& c = tl_ctx;
+    if (c.scheduler == this) {
+      // Only this thread writes its slot: a plain read-modify-write, no lock prefix.
+      c.live_slot->store(c.live_slot->load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    } else {
+      note_remote_created();
+    }
+  }
+  void note_task_freed() noexcept {
+    const ThreadContext& c = tl_ctx;
+    if (c.scheduler == this) {
+      c.live_slot->store(c.live_slot->load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+    } else {
+      note_remote_freed();
+    }
+  }
   int64_t live_tasks() const noexcept;
+  std::atomic<int64_t>* live_slot(std::size_t worker) noexcept;
 
   RuntimeStats stats() const;
 
@@ -74,6 +91,8 @@ class Scheduler {
 
  private:
   void drain_queues();
+  void note_remote_created() noexcept;
+  void note_remote_freed() noexcept;
 
   const RuntimeConfig cfg_;
   std::unique_ptr<Driver> driver_owner_;

@@ -35,10 +35,12 @@
 #include <utility>
 
 #include "exec/alloc.h"
+#include "exec/context.h"
 
 namespace sg::exec {
 
 class Scheduler;
+class Worker;
 struct TaskHeader;
 
 struct TaskVTable {
@@ -84,11 +86,21 @@ enum class ScheduleKind : uint8_t {
   kDriver, // woken by an I/O completion on the worker polling the driver: back of queue
 };
 
-// Implemented by the scheduler (scheduler.cpp): queue `t` on its runtime. Called by
-// whoever moved the task from idle to NOTIFIED.
-void schedule_task(TaskHeader* t, ScheduleKind kind) noexcept;
-// Live-task accounting (per-thread slots, see Scheduler): every task type calls these
-// when its memory is allocated and freed.
+// Queues `t` on its runtime; called by whoever moved the task from idle to NOTIFIED. The
+// common case (a worker of the task's own runtime) is one call into the worker; anything
+// else goes through the scheduler (scheduler.cpp).
+void worker_schedule_local(Worker* w, TaskHeader* t, ScheduleKind kind) noexcept;
+void schedule_task_slow(TaskHeader* t, ScheduleKind kind) noexcept;
+inline void schedule_task(TaskHeader* t, ScheduleKind kind) noexcept {
+  const ThreadContext& c = tl_ctx;
+  if (c.scheduler == t->scheduler && c.worker != nullptr) {
+    worker_schedule_local(c.worker, t, kind);
+  } else {
+    schedule_task_slow(t, kind);
+  }
+}
+// Live-task accounting (per-thread slots, see Scheduler::live_tasks): every task type
+// calls these when its memory is allocated and freed.
 void note_task_created(Scheduler* s) noexcept;
 void note_task_freed(Scheduler* s) noexcept;
 

@@ -86,6 +86,7 @@ void Worker::run() {
   c.scheduler = scheduler_;
   c.worker = this;
   c.worker_index = index_;
+  c.live_slot = scheduler_->live_slot(index_);
   c.counters = &counters_;
   uint64_t now = now_ns();
   busy_since_ns_ = now;
@@ -113,6 +114,8 @@ void Worker::run() {
 }
 
 // --- scheduling -------------------------------------------------------------------------
+
+void worker_schedule_local(Worker* w, TaskHeader* t, ScheduleKind kind) noexcept { w->schedule_local(t, kind); }
 
 void Worker::push_back(TaskHeader* t) {
   run_queue_.push_back_or_overflow(t, scheduler_->inject(), &counters_);

@@ -101,9 +101,9 @@ struct ReadyAwaiter {
   }
   std::error_code await_resume() {
     const exec::WaitResult& r = exec::last_wait_result();
-    if (r.value == kTagTimer && !r.ec) return std::make_error_code(std::errc::timed_out);
+    if (r.value == kTagTimer && r.code == 0) return std::make_error_code(std::errc::timed_out);
     if (timer) timer->cancel();
-    return r.ec;
+    return r.ec();
   }
 };
 
