@@ -1,0 +1,131 @@
+// HTTP/1.x message parser: llhttp (strict mode) plus the checks llhttp leaves to us, with
+// size limits. Requests that are malformed or ambiguous get a precise status (400, 413,
+// 414, 431, 501, 505) and must be answered and the connection closed; nothing ambiguous
+// is ever handed on. Responses that are malformed map to 502.
+//
+// feed() stops at the end of a message head (so the caller can route before any body is
+// processed) and at the end of a message (so pipelined messages are handled one at a
+// time); decoded body bytes come out as views into the fed buffer, valid until the caller
+// reuses that memory.
+#pragma once
+
+#include <llhttp.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "http/message.h"
+
+namespace sg::http {
+
+struct ParserLimits {
+  std::size_t max_target_bytes = 8 * 1024;    // request-target; over it: 414
+  std::size_t max_header_bytes = 32 * 1024;   // header section (and trailer section); 431
+  std::size_t max_headers = 100;              // field lines; 431
+  uint64_t max_body_bytes = 0;                // 0 = unlimited; over it: 413
+  std::size_t max_chunk_ext_bytes = 4 * 1024; // chunk extensions per chunk; 400
+};
+
+enum class ParseEvent : uint8_t {
+  kNeedMore,     // everything fed was consumed; more bytes needed
+  kHeadDone,     // a message head is complete (request()/response() valid)
+  kMessageDone,  // the message (body and trailers included) is complete
+  kError,        // malformed; see error_status()/error_detail()
+};
+
+struct ParseResult {
+  std::size_t consumed = 0;
+  ParseEvent event = ParseEvent::kNeedMore;
+};
+
+class Parser {
+ public:
+  enum class Mode : uint8_t { kRequest, kResponse };
+
+  Parser(Mode mode, const ParserLimits& limits);
+  Parser(const Parser&) = delete;
+  Parser& operator=(const Parser&) = delete;
+
+  ParseResult feed(const char* data, std::size_t len);
+  ParseResult feed(std::string_view s) { return feed(s.data(), s.size()); }
+  // The peer closed: completes a close-delimited response body; an error if a message was
+  // in progress otherwise.
+  ParseResult finish();
+
+  // Decoded body bytes produced by the last feed() (views into the fed buffer).
+  const std::vector<std::string_view>& body() const { return body_; }
+  uint64_t body_bytes_total() const { return body_total_; }
+
+  RequestHead& request() { return req_; }
+  ResponseHead& response() { return resp_; }
+  const HeaderMap& trailers() const { return trailers_; }
+  bool in_message() const { return in_message_; }
+  bool head_done() const { return head_done_; }
+
+  // For responses: the next response answers a HEAD request (no body, whatever it says).
+  void expect_no_body(bool v) { no_body_ = v; }
+
+  int error_status() const { return error_status_; }
+  const std::string& error_detail() const { return error_detail_; }
+
+ private:
+  static int on_message_begin(llhttp_t*);
+  static int on_url(llhttp_t*, const char*, std::size_t);
+  static int on_status(llhttp_t*, const char*, std::size_t);
+  static int on_header_field(llhttp_t*, const char*, std::size_t);
+  static int on_header_value(llhttp_t*, const char*, std::size_t);
+  static int on_header_value_complete(llhttp_t*);
+  static int on_headers_complete(llhttp_t*);
+  static int on_body(llhttp_t*, const char*, std::size_t);
+  static int on_chunk_header(llhttp_t*);
+  static int on_chunk_extension(llhttp_t*, const char*, std::size_t);
+  static int on_message_complete(llhttp_t*);
+
+  int fail(int status, std::string detail);
+  int finish_request_head();
+  int finish_response_head();
+  bool count_header_bytes(std::size_t n);
+  void map_llhttp_error(llhttp_errno_t err, const char* data, std::size_t len);
+
+  // Scans head bytes before llhttp sees them, for what llhttp 8 tolerates: bare LF line
+  // ends, obs-fold, whitespace before the first field. Returns false on a violation.
+  bool lex_head(const char* data, std::size_t len);
+
+  Mode mode_;
+  ParserLimits limits_;
+  // Head lexer state (persists across feeds while a head is incomplete).
+  enum class Lex : uint8_t { kStart, kStartLine, kLineStart, kInLine, kCr, kEndCr, kDone };
+  Lex lex_ = Lex::kStart;
+  bool lex_seen_field_line_ = false;
+  char start_line_tail_[8] = {};  // last 8 bytes of the start line (the version, for requests)
+  char start_line_head_[40] = {}; // first bytes of the start line (the method, for requests)
+  std::size_t start_line_len_ = 0;
+  bool prev_was_space_ = false;
+  bool version_tail_ok() const;
+  bool version_syntax_ok_ = true;
+  llhttp_settings_t settings_;
+  llhttp_t parser_;
+
+  RequestHead req_;
+  ResponseHead resp_;
+  HeaderMap trailers_;
+  std::string field_, value_;
+  bool in_value_ = false;
+  bool in_trailers_ = false;
+  bool in_message_ = false;
+  bool head_done_ = false;
+  bool paused_ = false;
+  bool no_body_ = false;
+  std::size_t header_bytes_ = 0;
+  std::size_t chunk_ext_bytes_ = 0;
+  uint64_t body_total_ = 0;
+  std::vector<std::string_view> body_;
+  int error_status_ = 0;
+  std::string error_detail_;
+  ParseEvent pause_event_ = ParseEvent::kNeedMore;
+};
+
+}  // namespace sg::http
