@@ -1,0 +1,197 @@
+// The typed configuration: what stealgate.yaml means once parsed, validated and with every
+// default resolved. A Config is immutable once loaded; the running gateway holds it as
+// std::shared_ptr<const Config> and a reload swaps in a new one. Field defaults below are
+// the documented defaults (config/README.md mirrors them).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace sg::config {
+
+using Duration = std::chrono::milliseconds;
+
+struct Address {
+  std::string host;  // literal IP address or name ("localhost"); IPv6 without brackets
+  uint16_t port = 0;
+  std::string text() const;  // host:port, [v6]:port
+};
+
+struct RuntimeSection {
+  std::size_t worker_threads = 0;  // 0 = auto: CPUs available to the process
+  uint32_t global_queue_interval = 61;
+  bool adaptive_global_queue_interval = false;
+  uint32_t event_interval = 61;
+  uint32_t coop_budget = 128;
+  uint32_t max_lifo_polls_per_tick = 3;
+  std::size_t max_blocking_threads = 512;
+};
+
+struct AdminSection {
+  bool enabled = true;
+  Address address{"127.0.0.1", 9901};
+};
+
+enum class OverflowAction { kReject503, kBacklog };
+
+struct ListenerSection {
+  std::string name;
+  Address address;
+  int backlog = 1024;
+  bool reuse_port = false;
+  std::size_t max_connections = 10000;
+  OverflowAction on_max_connections = OverflowAction::kReject503;
+  Duration header_timeout{10'000};   // first byte to end of request head
+  Duration idle_timeout{60'000};     // keep-alive wait for the next request
+  Duration body_timeout{30'000};     // between reads of a request body
+  Duration send_timeout{30'000};     // between writes to a slow client
+  std::size_t max_target_bytes = 8 * 1024;
+  std::size_t max_header_bytes = 32 * 1024;
+  std::size_t max_headers = 100;
+  uint64_t max_body_bytes = 64ull * 1024 * 1024;  // 0 = unlimited
+};
+
+struct LimitsSection {
+  std::size_t max_concurrent_requests = 10000;  // 0 = unlimited
+  std::size_t max_queued_requests = 1000;
+  Duration queue_timeout{100};
+  uint32_t retry_after_seconds = 1;
+  // Adaptive shedding: refuse new requests while the executor's scheduling delay stays
+  // above `target` for `interval` (CoDel-style). 0 = off.
+  Duration shed_target{0};
+  Duration shed_interval{100};
+};
+
+enum class LbPolicy { kRoundRobin, kRandom, kLeastRequest, kRingHash };
+
+struct EndpointSection {
+  Address address;
+  uint32_t weight = 1;
+};
+
+struct HealthCheckSection {
+  bool enabled = false;
+  std::string path = "/healthz";
+  std::string host;  // Host header; default: the endpoint address
+  Duration interval{5'000};
+  Duration timeout{1'000};
+  uint32_t healthy_threshold = 2;
+  uint32_t unhealthy_threshold = 3;
+  int expected_status_min = 200;
+  int expected_status_max = 399;
+};
+
+struct OutlierSection {
+  uint32_t consecutive_failures = 5;  // 5xx or connect failures in a row; 0 = off
+  Duration base_ejection_time{30'000};
+  Duration max_ejection_time{300'000};
+  uint32_t max_ejection_percent = 50;
+};
+
+struct ClusterSection {
+  std::string name;
+  std::vector<EndpointSection> endpoints;
+  LbPolicy lb = LbPolicy::kRoundRobin;
+  std::string hash_header;  // ring_hash key: this request header; empty = client address
+  Duration connect_timeout{1'000};
+  std::size_t max_idle_per_endpoint = 256;
+  Duration idle_timeout{60'000};
+  std::size_t max_concurrent_requests = 0;  // 0 = no per-cluster limit
+  HealthCheckSection health_check;
+  OutlierSection outlier;
+};
+
+struct HeaderMatch {
+  std::string name;
+  std::optional<std::string> value;  // absent: presence only
+};
+
+struct QueryMatch {
+  std::string name;
+  std::optional<std::string> value;
+};
+
+struct RouteMatchSection {
+  std::string host;         // exact, or "*.example.com"; empty = any (port ignored)
+  std::string path_exact;
+  std::string path_prefix;
+  std::string path_regex;   // ECMAScript, whole-path match
+  std::vector<std::string> methods;
+  std::vector<HeaderMatch> headers;
+  std::vector<QueryMatch> query;
+  std::vector<std::string> listeners;  // empty = every listener
+};
+
+struct HeaderOps {
+  std::vector<std::pair<std::string, std::string>> add;
+  std::vector<std::pair<std::string, std::string>> set;
+  std::vector<std::string> remove;
+};
+
+struct DirectResponseSection {
+  int status = 200;
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;
+};
+
+struct RedirectSection {
+  int status = 302;
+  std::string location;
+};
+
+enum class RetryOn { kConnectFailure, kReset, k5xx, kGatewayError, kTimeout };
+
+struct RetrySection {
+  uint32_t attempts = 0;  // retries after the first try
+  std::vector<RetryOn> on{RetryOn::kConnectFailure};
+  uint32_t budget_percent = 20;  // of active requests
+  uint32_t min_retry_concurrency = 3;
+};
+
+struct RouteSection {
+  std::string name;
+  RouteMatchSection match;
+  // Exactly one action.
+  std::string cluster;
+  std::optional<DirectResponseSection> direct_response;
+  std::optional<RedirectSection> redirect;
+  std::string strip_prefix;
+  std::string rewrite_path;   // replaces the whole path
+  std::string rewrite_host;
+  HeaderOps request_headers;
+  HeaderOps response_headers;
+  Duration timeout{15'000};   // upstream response (first byte of the response head)
+  RetrySection retries;
+  std::size_t max_concurrent_requests = 0;
+};
+
+enum class LogFormat { kText, kJson };
+
+struct LoggingSection {
+  std::string level = "info";
+  LogFormat format = LogFormat::kText;
+  bool access_log = true;
+  std::string access_log_path = "stdout";  // or a file path (reopened on SIGUSR1)
+  LogFormat access_log_format = LogFormat::kText;
+  std::size_t queue_size = 8192;           // async log queue; full = lines dropped and counted
+};
+
+struct Config {
+  std::string source;  // file it was loaded from
+  RuntimeSection runtime;
+  AdminSection admin;
+  std::vector<ListenerSection> listeners;
+  LimitsSection limits;
+  std::vector<ClusterSection> clusters;
+  std::vector<RouteSection> routes;
+  LoggingSection logging;
+  Duration drain_timeout{30'000};  // graceful shutdown bound
+
+  const ClusterSection* find_cluster(const std::string& name) const;
+};
+
+}  // namespace sg::config

@@ -1,0 +1,141 @@
+// Config loader: a corpus of broken files with the exact messages (file:line:column, YAML
+// path, what is wrong, a suggestion), all errors of a file reported, defaults, printing.
+#include "config/loader.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace sg::config {
+namespace {
+
+std::string errors_of(const std::string& yaml) {
+  LoadResult r = load_string(yaml, "stealgate.yaml");
+  EXPECT_FALSE(r.ok());
+  return r.error_text();
+}
+
+const char* kValid = R"(listeners:
+  - name: public
+    address: 127.0.0.1:8080
+clusters:
+  - name: api
+    endpoints: [127.0.0.1:9000, {address: 127.0.0.1:9001, weight: 2}]
+routes:
+  - name: v1
+    match: { path_prefix: /v1/ }
+    cluster: api
+  - name: default
+    direct_response: { status: 200, body: "ok\n" }
+)";
+
+TEST(ConfigLoader, ValidFileWithDefaultsResolved) {
+  LoadResult r = load_string(kValid, "stealgate.yaml");
+  ASSERT_TRUE(r.ok()) << r.error_text();
+  const Config& c = *r.config;
+  ASSERT_EQ(c.listeners.size(), 1u);
+  EXPECT_EQ(c.listeners[0].address.port, 8080);
+  EXPECT_EQ(c.listeners[0].header_timeout, Duration{10'000});
+  EXPECT_EQ(c.admin.address.text(), "127.0.0.1:9901");
+  ASSERT_EQ(c.clusters.size(), 1u);
+  EXPECT_EQ(c.clusters[0].endpoints[1].weight, 2u);
+  EXPECT_EQ(c.limits.max_concurrent_requests, 10000u);
+  ASSERT_EQ(c.routes.size(), 2u);
+  EXPECT_EQ(c.routes[1].direct_response->body, "ok\n");
+}
+
+TEST(ConfigLoader, PrintedConfigLoadsBackToTheSame) {
+  LoadResult r = load_string(kValid, "a.yaml");
+  ASSERT_TRUE(r.ok());
+  std::string printed = to_yaml(*r.config);
+  LoadResult again = load_string(printed, "printed.yaml");
+  ASSERT_TRUE(again.ok()) << again.error_text() << printed;
+  EXPECT_EQ(to_yaml(*again.config), printed);
+}
+
+TEST(ConfigLoader, UnknownClusterNamesPositionAndSuggestion) {
+  std::string yaml = std::string(kValid) + R"(  - name: typo
+    match: { path: /x }
+    cluster: apii
+)";
+  EXPECT_EQ(errors_of(yaml), "stealgate.yaml:15:14: routes[2].cluster: unknown cluster \"apii\" (did you mean \"api\"?)\n");
+}
+
+TEST(ConfigLoader, UnknownKeySuggestsTheRightOne) {
+  EXPECT_EQ(errors_of("listeners:\n  - adress: 127.0.0.1:8080\n"),
+            "stealgate.yaml:2:5: listeners[0].adress: unknown key \"adress\" (did you mean \"address\"?)\n"
+            "stealgate.yaml:2:5: listeners[0]: missing required key \"address\"\n");
+}
+
+TEST(ConfigLoader, DuplicateKeysAreErrors) {
+  EXPECT_EQ(errors_of("listeners:\n  - address: 127.0.0.1:1\n    address: 127.0.0.1:2\n"),
+            "stealgate.yaml:3:5: listeners[0].address: duplicate key \"address\"\n");
+}
+
+TEST(ConfigLoader, WrongTypesAndBadValues) {
+  std::string yaml = R"(listeners:
+  - address: 127.0.0.1:8080
+    backlog: many
+    header_timeout: 10 seconds
+    reuse_port: maybe
+    max_header_bytes: 32 KB
+clusters:
+  - name: c
+    endpoints: [localhost]
+    lb: round_robbin
+)";
+  EXPECT_EQ(errors_of(yaml),
+            "stealgate.yaml:3:14: listeners[0].backlog: expected a whole number, got \"many\"\n"
+            "stealgate.yaml:4:21: listeners[0].header_timeout: invalid duration \"10 seconds\" (use e.g. 250ms, 10s, 5m, 1h)\n"
+            "stealgate.yaml:5:17: listeners[0].reuse_port: expected true or false, got \"maybe\"\n"
+            "stealgate.yaml:6:23: listeners[0].max_header_bytes: invalid size \"32 KB\" (use e.g. 8192, 32KiB, 1MiB)\n"
+            "stealgate.yaml:9:17: clusters[0].endpoints[0]: invalid address \"localhost\": expected host:port\n"
+            "stealgate.yaml:10:9: clusters[0].lb: unknown policy \"round_robbin\" (did you mean \"round_robin\"?); "
+            "expected round_robin, random, least_request or ring_hash\n");
+}
+
+TEST(ConfigLoader, DuplicateNamesAndAddresses) {
+  std::string yaml = R"(listeners:
+  - name: a
+    address: 127.0.0.1:8080
+  - name: a
+    address: 127.0.0.1:8080
+routes:
+  - direct_response: { status: 200 }
+    cluster: x
+)";
+  std::string e = errors_of(yaml);
+  EXPECT_NE(e.find("stealgate.yaml:4:11: listeners[1].name: duplicate name \"a\""), std::string::npos) << e;
+  EXPECT_NE(e.find("stealgate.yaml:5:14: listeners[1].address: address 127.0.0.1:8080 is already used"), std::string::npos) << e;
+  EXPECT_NE(e.find("routes[0]: a route takes only one of cluster, direct_response or redirect"), std::string::npos) << e;
+  EXPECT_NE(e.find("routes[0].cluster: unknown cluster \"x\""), std::string::npos) << e;
+}
+
+TEST(ConfigLoader, YamlSyntaxErrorHasAPosition) {
+  EXPECT_EQ(errors_of("listeners: [\n  - a\n"), "stealgate.yaml:2:3: illegal block entry\n");
+  EXPECT_EQ(errors_of("a: [1, 2\nb: 3\n"), "stealgate.yaml:2:2: end of sequence flow not found\n");
+}
+
+TEST(ConfigLoader, EmptyFileAndMissingListener) {
+  EXPECT_EQ(errors_of(""), "stealgate.yaml: the configuration is empty\n");
+  EXPECT_NE(errors_of("routes: []\n").find("listeners: at least one listener is required"), std::string::npos);
+}
+
+TEST(ConfigLoader, RegexAndRedirectValidation) {
+  std::string e = errors_of(R"(listeners: [{address: 127.0.0.1:8080}]
+routes:
+  - match: { path_regex: "/(a" }
+    redirect: { status: 200, location: /x }
+)");
+  EXPECT_NE(e.find("stealgate.yaml:3:26: routes[0].match.path_regex: invalid regular expression"), std::string::npos) << e;
+  EXPECT_NE(e.find("routes[0].redirect.status: must be between 300 and 399, got 200"), std::string::npos) << e;
+}
+
+TEST(ConfigLoader, MissingFileIsAnError) {
+  LoadResult r = load_file("/nonexistent/stealgate.yaml");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error_text(), "/nonexistent/stealgate.yaml: cannot open file\n");
+}
+
+}  // namespace
+}  // namespace sg::config
