@@ -113,6 +113,10 @@ exec::Task<std::error_code> TcpStream::wait_readable(Deadline dl) {
   co_return co_await wait_ready(*sock_, asio::socket_base::wait_read, dl);
 }
 
+exec::Task<EitherReadable> TcpStream::wait_either_readable(TcpStream& other, Deadline dl) {
+  co_return co_await EitherAwaiter<Socket>{*sock_, *other.sock_, dl, std::nullopt};
+}
+
 bool TcpStream::peer_closed() {
   char c;
   ssize_t n = ::recv(sock_->native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);

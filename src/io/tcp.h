@@ -41,6 +41,9 @@ class TcpStream {
   // Waits until data (or EOF/error) is readable.
   exec::Task<std::error_code> wait_readable(Deadline dl = {});
 
+  // Waits until this stream or `other` is readable: 0 = this, 1 = other.
+  exec::Task<EitherReadable> wait_either_readable(TcpStream& other, Deadline dl = {});
+
   // True when the peer has closed or reset, checked without blocking or consuming data.
   bool peer_closed();
 

@@ -23,6 +23,7 @@
 
 #include "exec/alloc.h"
 #include "exec/coro.h"
+#include "exec/semaphore.h"
 
 namespace sg::io {
 
@@ -111,6 +112,52 @@ template <class S>
 ReadyAwaiter<S> wait_ready(S& sock, asio::socket_base::wait_type what, Deadline dl) {
   return ReadyAwaiter<S>{sock, what, dl, std::nullopt};
 }
+
+// Waits until `a` or `b` is readable (or the deadline passes). Yields 0 or 1 for which
+// socket became ready, or an error (errc::timed_out at the deadline).
+struct EitherReadable {
+  int which = -1;
+  std::error_code ec;
+};
+
+template <class S>
+struct EitherAwaiter {
+  S& a;
+  S& b;
+  Deadline deadline;
+  std::optional<SteadyTimer> timer;
+
+  bool await_ready() const noexcept { return false; }
+  void await_suspend(std::coroutine_handle<> h) {
+    exec::Waker w = exec::arm_wait(h);
+    if (deadline.is_set()) {
+      timer.emplace(a.get_executor(), deadline.at);
+      timer->async_wait(WaitHandler(w.clone(), kTagTimer));
+    }
+    b.async_wait(asio::socket_base::wait_read, WaitHandler(w.clone(), kTagReady + 2));
+    a.async_wait(asio::socket_base::wait_read, WaitHandler(std::move(w), kTagReady));
+  }
+  EitherReadable await_resume() {
+    const exec::WaitResult& r = exec::last_wait_result();
+    if (timer) timer->cancel();
+    if (r.value == kTagTimer) {
+      return {-1, r.code == 0 ? std::make_error_code(std::errc::timed_out) : r.ec()};
+    }
+    if (r.code != 0) return {-1, r.ec()};
+    return {r.value == kTagReady ? 0 : 1, {}};
+  }
+};
+
+// A timer as an exec::WaitTimeout (bounds a Semaphore wait).
+class DeadlineTimeout final : public exec::WaitTimeout {
+ public:
+  DeadlineTimeout(asio::io_context& ctx, Deadline dl) : timer_(ctx.get_executor(), dl.at) {}
+  void arm(exec::Waker w) override { timer_.async_wait(WaitHandler(std::move(w), kTagTimer)); }
+  void cancel() override { timer_.cancel(); }
+
+ private:
+  SteadyTimer timer_;
+};
 
 // co_await sleep_until(reactor_context, t)
 struct SleepAwaiter {

@@ -1,0 +1,119 @@
+#include "admin/admin_server.h"
+
+#include <regex>
+
+#include "config/loader.h"
+#include "http/serialize.h"
+#include "http/stream.h"
+#include "metrics/exporter.h"
+#include "proxy/local_reply.h"
+#include "upstream/cluster.h"
+
+namespace sg::admin {
+
+namespace {
+
+using namespace std::chrono_literals;
+
+// Values of header fields whose names suggest credentials are replaced in /config.
+std::string redact(const std::string& yaml) {
+  static const std::regex kSecret(
+      R"((^\s*[-]?\s*"?[A-Za-z0-9_-]*(?:[Aa]uthorization|[Cc]ookie|[Tt]oken|[Ss]ecret|[Pp]assword|[Aa]pi[-_]?[Kk]ey)[A-Za-z0-9_-]*"?\s*:\s*)(.+)$))",
+      std::regex::multiline);
+  return std::regex_replace(yaml, kSecret, "$1<redacted>");
+}
+
+std::string respond(int status, std::string body, std::string type, bool head) {
+  http::HeaderMap h;
+  h.add("Date", std::string(http::http_date_now()));
+  h.add("Content-Type", std::move(type));
+  h.add("Content-Length", std::to_string(body.size()));
+  h.add("Cache-Control", "no-store");
+  std::string out;
+  http::append_response_head(out, 1, status, {}, h);
+  if (!head) out += body;
+  return out;
+}
+
+exec::Task<void> serve_admin(proxy::Gateway& gw, io::TcpStream s) {
+  http::ParserLimits lim;
+  http::MessageReader reader(s, http::Parser::Mode::kRequest, lim);
+  for (;;) {
+    auto hr = co_await reader.read_head(io::Deadline::after(30s), 10s);
+    if (hr.status != http::ReadStatus::kOk) {
+      if (hr.status == http::ReadStatus::kParseError) {
+        proxy::LocalReply lr;
+        lr.status = reader.parser().error_status();
+        lr.close = true;
+        co_await s.write_all(proxy::render_local_reply(lr), io::Deadline::after(5s));
+      }
+      break;
+    }
+    auto& req = reader.parser().request();
+    // Admin requests carry no body worth reading; drain a small one.
+    bool has_body = req.body != http::BodyKind::kNone;
+    std::string out = admin_response(gw, req.method, req.path, req.is_head());
+    if (co_await s.write_all(out, io::Deadline::after(10s))) break;
+    if (has_body || !req.keep_alive) break;
+    auto fin = co_await reader.read_body(io::Deadline::after(1s));  // completes the message
+    if (fin.status != http::ReadStatus::kOk || !fin.done) break;
+  }
+  s.close();
+}
+
+exec::Task<void> admin_accept(proxy::Gateway& gw, std::shared_ptr<io::TcpListener> l) {
+  for (;;) {
+    auto c = co_await l->accept();
+    if (!c.ok()) {
+      if (!l->is_open()) co_return;
+      co_await io::sleep_for(50ms);
+      continue;
+    }
+    exec::spawn_detached(serve_admin(gw, std::move(*c)));
+  }
+}
+
+}  // namespace
+
+std::string admin_response(proxy::Gateway& gw, const std::string& method, const std::string& path, bool head) {
+  if (method != "GET" && method != "HEAD") {
+    return respond(405, "method not allowed\n", "text/plain; charset=utf-8", head);
+  }
+  if (path == "/metrics") {
+    return respond(200, metrics::render(gw), "text/plain; version=0.0.4; charset=utf-8", head);
+  }
+  if (path == "/healthz") return respond(200, "ok\n", "text/plain; charset=utf-8", head);
+  if (path == "/ready") {
+    if (gw.ready()) return respond(200, "ready\n", "text/plain; charset=utf-8", head);
+    return respond(503, gw.draining() ? "draining\n" : "starting\n", "text/plain; charset=utf-8", head);
+  }
+  if (path == "/config") {
+    auto snap = gw.snapshot();
+    if (!snap) return respond(503, "no configuration loaded\n", "text/plain; charset=utf-8", head);
+    return respond(200, redact(config::to_yaml(*snap->config)), "application/yaml; charset=utf-8", head);
+  }
+  return respond(404, "not found; try /metrics /healthz /ready /config\n", "text/plain; charset=utf-8", head);
+}
+
+std::string AdminServer::start(const config::Address& addr) {
+  std::string err;
+  auto ep = upstream::resolve(addr, err);
+  if (!ep.ok()) return "admin " + addr.text() + ": " + err;
+  auto l = io::TcpListener::bind(gw_.runtime().context(), *ep, {});
+  if (!l.ok()) return "admin endpoint cannot listen on " + addr.text() + ": " + l.error().message();
+  port_ = l->local_endpoint().port();
+  listener_ = std::make_shared<io::TcpListener>(std::move(*l));
+  task_ = gw_.runtime().handle().spawn(admin_accept(gw_, listener_));
+  return "";
+}
+
+void AdminServer::stop() {
+  if (task_.valid()) {
+    task_.cancel();
+    task_.wait();
+    task_ = {};
+  }
+  if (listener_) listener_->close();
+}
+
+}  // namespace sg::admin

@@ -1,0 +1,40 @@
+// The admin endpoint, served by stealgate itself on the executor (default 127.0.0.1:9901,
+// never public by default):
+//   GET /metrics  Prometheus text format
+//   GET /healthz  200 while the process runs
+//   GET /ready    200 when the configuration is loaded and listeners are up, 503 while
+//                 starting or draining
+//   GET /config   the effective configuration (YAML), header values that look like
+//                 credentials redacted
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "config/schema.h"
+#include "exec/join_handle.h"
+#include "io/tcp.h"
+#include "proxy/gateway.h"
+
+namespace sg::admin {
+
+class AdminServer {
+ public:
+  explicit AdminServer(proxy::Gateway& gw) : gw_(gw) {}
+  ~AdminServer() { stop(); }
+  // Binds and starts serving; returns an error message or "".
+  std::string start(const config::Address& addr);
+  void stop();
+  uint16_t port() const { return port_; }
+
+ private:
+  proxy::Gateway& gw_;
+  std::shared_ptr<io::TcpListener> listener_;
+  exec::JoinHandle<void> task_;
+  uint16_t port_ = 0;
+};
+
+// Exposed for tests: the response to one admin request.
+std::string admin_response(proxy::Gateway& gw, const std::string& method, const std::string& path, bool head);
+
+}  // namespace sg::admin

@@ -1,0 +1,235 @@
+// stealgate: composition root. Parses the command line, loads the configuration, starts
+// the runtime, the gateway and the admin endpoint, then runs the control loop on the main
+// thread: every signal is blocked in all threads and taken here with sigwait, so reload,
+// log reopening and draining never race with request handling.
+#include <signal.h>
+#include <systemd/sd-daemon.h>
+#include <time.h>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "admin/admin_server.h"
+#include "app/options.h"
+#include "common/log.h"
+#include "config/loader.h"
+#include "io/reactor.h"
+#include "proxy/gateway.h"
+#include "stealgate_version.h"
+
+namespace {
+
+using namespace sg;
+
+log::Options log_options(const config::LoggingSection& l) {
+  log::Options o;
+  o.level = l.level;
+  o.format = l.format == config::LogFormat::kJson ? log::Format::kJson : log::Format::kText;
+  o.access_log = l.access_log;
+  o.access_log_path = l.access_log_path;
+  o.access_format = l.access_log_format == config::LogFormat::kJson ? log::Format::kJson : log::Format::kText;
+  o.queue_size = l.queue_size;
+  return o;
+}
+
+exec::RuntimeConfig runtime_config(const config::RuntimeSection& r) {
+  exec::RuntimeConfig c;
+  c.worker_threads = r.worker_threads;
+  c.global_queue_interval = r.global_queue_interval;
+  c.adaptive_global_queue_interval = r.adaptive_global_queue_interval;
+  c.event_interval = r.event_interval;
+  c.coop_budget = r.coop_budget;
+  c.max_lifo_polls_per_tick = r.max_lifo_polls_per_tick;
+  c.max_blocking_threads = r.max_blocking_threads;
+  return c;
+}
+
+void notify(const std::string& msg) { sd_notify(0, msg.c_str()); }
+
+uint64_t monotonic_usec() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000 + static_cast<uint64_t>(ts.tv_nsec) / 1000;
+}
+
+void log_errors(const config::LoadResult& r) {
+  for (const auto& e : r.errors) SG_LOG_ERROR("{}", e.to_string());
+}
+
+int run(const app::Options& opts) {
+  config::LoadResult loaded = config::load_file(opts.config_path);
+  if (!loaded.ok()) {
+    std::cerr << loaded.error_text();
+    std::cerr << "stealgate: configuration " << opts.config_path << " is invalid; not starting\n";
+    return 1;
+  }
+  std::shared_ptr<const config::Config> cfg = loaded.config;
+  log::setup(log_options(cfg->logging));
+
+  // Every thread created from here on inherits this mask; signals are taken by sigwait.
+  sigset_t set;
+  sigemptyset(&set);
+  for (int s : {SIGHUP, SIGTERM, SIGINT, SIGUSR1}) sigaddset(&set, s);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  auto rt = std::make_unique<io::Runtime>(runtime_config(cfg->runtime));
+  auto gw = std::make_unique<proxy::Gateway>(*rt);
+  if (std::string err = gw->start(cfg); !err.empty()) {
+    SG_LOG_ERROR("startup failed: {}", err);
+    std::cerr << "stealgate: " << err << "\n";
+    gw.reset();
+    rt.reset();
+    log::shutdown();
+    return 1;
+  }
+  auto admin = std::make_unique<admin::AdminServer>(*gw);
+  config::AdminSection admin_cfg = cfg->admin;
+  if (admin_cfg.enabled) {
+    if (std::string err = admin->start(admin_cfg.address); !err.empty()) {
+      SG_LOG_ERROR("startup failed: {}", err);
+      std::cerr << "stealgate: " << err << "\n";
+      admin.reset();
+      gw.reset();
+      rt.reset();
+      log::shutdown();
+      return 1;
+    }
+    SG_LOG_INFO("admin endpoint on {} (port {}): /metrics /healthz /ready /config", admin_cfg.address.text(),
+                admin->port());
+  }
+  SG_LOG_INFO("stealgate {} started: {} workers, {} listener(s), {} route(s), {} cluster(s)", STEALGATE_VERSION,
+              rt->exec().config().worker_threads, cfg->listeners.size(), cfg->routes.size(), cfg->clusters.size());
+  notify("READY=1\nSTATUS=serving " + std::to_string(cfg->routes.size()) + " routes");
+
+  for (;;) {
+    int sig = 0;
+    if (sigwait(&set, &sig) != 0) continue;
+    if (sig == SIGUSR1) {
+      log::reopen();
+      SG_LOG_INFO("log files reopened");
+      continue;
+    }
+    if (sig == SIGHUP) {
+      notify("RELOADING=1\nMONOTONIC_USEC=" + std::to_string(monotonic_usec()) + "\nSTATUS=reloading");
+      config::LoadResult next = config::load_file(opts.config_path);
+      if (!next.ok()) {
+        log_errors(next);
+        gw->stats().reloads_failed.fetch_add(1);
+        SG_LOG_ERROR("reload rejected: {} has {} error(s); the previous configuration keeps serving",
+                     opts.config_path, next.errors.size());
+        notify("READY=1\nSTATUS=reload failed; previous configuration serving");
+        continue;
+      }
+      if (std::string err = gw->reload(next.config); !err.empty()) {
+        SG_LOG_ERROR("reload rejected: {}; the previous configuration keeps serving", err);
+        notify("READY=1\nSTATUS=reload failed; previous configuration serving");
+        continue;
+      }
+      if (next.config->runtime.worker_threads != cfg->runtime.worker_threads ||
+          next.config->runtime.coop_budget != cfg->runtime.coop_budget) {
+        SG_LOG_WARN("runtime settings changed; they take effect after a restart");
+      }
+      log::setup(log_options(next.config->logging));
+      if (next.config->admin.enabled != admin_cfg.enabled || next.config->admin.address.text() != admin_cfg.address.text()) {
+        admin->stop();
+        admin = std::make_unique<admin::AdminServer>(*gw);
+        admin_cfg = next.config->admin;
+        if (admin_cfg.enabled) {
+          if (std::string err = admin->start(admin_cfg.address); !err.empty()) {
+            SG_LOG_ERROR("{}", err);
+          } else {
+            SG_LOG_INFO("admin endpoint on {} (port {}): /metrics /healthz /ready /config", admin_cfg.address.text(),
+                        admin->port());
+          }
+        }
+      }
+      cfg = next.config;
+      SG_LOG_INFO("configuration reloaded: {} route(s), {} cluster(s), {} listener(s)", cfg->routes.size(),
+                  cfg->clusters.size(), cfg->listeners.size());
+      notify("READY=1\nSTATUS=serving " + std::to_string(cfg->routes.size()) + " routes");
+      continue;
+    }
+    // SIGTERM / SIGINT: graceful drain; a second signal forces the exit.
+    SG_LOG_INFO("received {}, draining (up to {}ms; send it again to force)", sig == SIGTERM ? "SIGTERM" : "SIGINT",
+                cfg->drain_timeout.count());
+    notify("STOPPING=1\nSTATUS=draining");
+    gw->begin_drain();
+    auto deadline = std::chrono::steady_clock::now() + cfg->drain_timeout;
+    bool forced = false;
+    while (!gw->wait_drained(std::chrono::milliseconds(50))) {
+      timespec zero{0, 0};
+      int again = sigtimedwait(&set, nullptr, &zero);
+      if (again == SIGTERM || again == SIGINT) {
+        forced = true;
+        SG_LOG_WARN("second signal: closing {} connection(s) now", gw->active_sessions());
+        break;
+      }
+      if (std::chrono::steady_clock::now() >= deadline) {
+        forced = true;
+        SG_LOG_WARN("drain timeout: closing {} connection(s)", gw->active_sessions());
+        break;
+      }
+    }
+    if (forced) {
+      gw->abort_sessions();
+      gw->wait_drained(std::chrono::milliseconds(2000));
+    }
+    break;
+  }
+  admin->stop();
+  admin.reset();
+  gw.reset();
+  rt->shutdown();
+  rt.reset();
+  SG_LOG_INFO("stopped");
+  log::shutdown();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  app::Options opts;
+  std::string error;
+  if (!app::parse_options(args, opts, error)) {
+    std::cerr << "stealgate: " << error << "\nTry 'stealgate --help' for more information.\n";
+    return 2;
+  }
+  switch (opts.mode) {
+    case app::Options::Mode::kHelp:
+      std::cout << app::usage();
+      return 0;
+    case app::Options::Mode::kVersion:
+      std::cout << "stealgate " << STEALGATE_VERSION << "\n";
+      return 0;
+    case app::Options::Mode::kCheckConfig: {
+      config::LoadResult r = config::load_file(opts.config_path);
+      if (!r.ok()) {
+        std::cerr << r.error_text();
+        std::cerr << "stealgate: configuration " << opts.config_path << " is invalid (" << r.errors.size()
+                  << " error" << (r.errors.size() == 1 ? "" : "s") << ")\n";
+        return 1;
+      }
+      std::cout << "stealgate: configuration " << opts.config_path << " is valid\n";
+      return 0;
+    }
+    case app::Options::Mode::kPrintConfig: {
+      config::LoadResult r = config::load_file(opts.config_path);
+      if (!r.ok()) {
+        std::cerr << r.error_text();
+        return 1;
+      }
+      std::cout << config::to_yaml(*r.config);
+      return 0;
+    }
+    case app::Options::Mode::kRun:
+      break;
+  }
+  return run(opts);
+}

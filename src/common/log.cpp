@@ -1,0 +1,146 @@
+#include "common/log.h"
+
+#include <spdlog/async.h>
+#include <spdlog/pattern_formatter.h>
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/stdout_sinks.h>
+
+#include <atomic>
+#include <mutex>
+
+namespace sg::log {
+
+namespace {
+
+std::mutex g_mu;  // guards reconfiguration, never taken per request
+std::shared_ptr<spdlog::details::thread_pool> g_pool;
+std::atomic<std::shared_ptr<spdlog::logger>> g_events;
+std::atomic<std::shared_ptr<spdlog::logger>> g_access;
+std::atomic<bool> g_access_json{false};
+
+// %* : the message as a JSON string (escaped), for the json event-log format.
+class JsonMessageFlag final : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, const std::tm&, spdlog::memory_buf_t& dest) override {
+    std::string q = json_quote(std::string_view(msg.payload.data(), msg.payload.size()));
+    dest.append(q.data(), q.data() + q.size());
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<JsonMessageFlag>(); }
+};
+Options g_opts;
+
+// Lines a queue overrun dropped before the current pool existed (pools are replaced when
+// the queue size changes).
+uint64_t g_dropped_before = 0;
+
+std::shared_ptr<spdlog::logger> make_logger(const std::string& name, spdlog::sink_ptr sink) {
+  return std::make_shared<spdlog::async_logger>(name, std::move(sink), g_pool,
+                                                spdlog::async_overflow_policy::overrun_oldest);
+}
+
+std::shared_ptr<spdlog::logger> fallback() {
+  static auto l = std::make_shared<spdlog::logger>("early", std::make_shared<spdlog::sinks::stderr_sink_mt>());
+  return l;
+}
+
+void build_access_locked() {
+  if (!g_opts.access_log) {
+    g_access.store(nullptr);
+    return;
+  }
+  spdlog::sink_ptr sink;
+  if (g_opts.access_log_path == "stdout" || g_opts.access_log_path.empty()) {
+    sink = std::make_shared<spdlog::sinks::stdout_sink_mt>();
+  } else {
+    sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(g_opts.access_log_path, false);
+  }
+  auto l = make_logger("access", sink);
+  // JSON lines get their time field from the pattern; the message carries the rest.
+  l->set_pattern(g_opts.access_format == Format::kJson ? R"({"time":"%Y-%m-%dT%H:%M:%S.%e%z",%v)"
+                                                       : "%Y-%m-%dT%H:%M:%S.%e%z %v");
+  l->set_level(spdlog::level::info);
+  g_access.store(l);
+}
+
+}  // namespace
+
+void setup(const Options& o) {
+  std::lock_guard lk(g_mu);
+  bool new_pool = !g_pool || o.queue_size != g_opts.queue_size;
+  g_opts = o;
+  if (new_pool) {
+    if (g_pool) g_dropped_before += g_pool->overrun_counter();
+    g_pool = std::make_shared<spdlog::details::thread_pool>(o.queue_size, 1);
+  }
+  auto sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
+  auto ev = make_logger("stealgate", sink);
+  if (o.format == Format::kJson) {
+    auto f = std::make_unique<spdlog::pattern_formatter>();
+    f->add_flag<JsonMessageFlag>('*').set_pattern(R"({"time":"%Y-%m-%dT%H:%M:%S.%e%z","level":"%l","msg":%*})");
+    ev->set_formatter(std::move(f));
+  } else {
+    ev->set_pattern("%Y-%m-%dT%H:%M:%S.%e%z %-7l %v");
+  }
+  ev->set_level(spdlog::level::from_str(o.level == "warning" ? "warn" : o.level));
+  ev->flush_on(spdlog::level::warn);
+  g_events.store(ev);
+  g_access_json.store(o.access_format == Format::kJson);
+  build_access_locked();
+}
+
+void reopen() {
+  std::lock_guard lk(g_mu);
+  if (g_opts.access_log && g_opts.access_log_path != "stdout") build_access_locked();
+}
+
+void shutdown() {
+  std::shared_ptr<spdlog::details::thread_pool> pool;
+  {
+    std::lock_guard lk(g_mu);
+    if (auto e = g_events.exchange(nullptr)) e->flush();
+    if (auto a = g_access.exchange(nullptr)) a->flush();
+    pool = std::move(g_pool);
+  }
+  pool.reset();  // joins the backend thread after it drained the queue
+}
+
+std::shared_ptr<spdlog::logger> events() {
+  auto e = g_events.load();
+  return e ? e : fallback();
+}
+
+std::shared_ptr<spdlog::logger> access() { return g_access.load(); }
+
+bool access_json() { return g_access_json.load(std::memory_order_relaxed); }
+
+uint64_t dropped_lines() {
+  std::lock_guard lk(g_mu);
+  return g_dropped_before + (g_pool ? g_pool->overrun_counter() : 0);
+}
+
+std::string json_quote(std::string_view s) {
+  std::string out;
+  out.reserve(s.size() + 2);
+  out += '"';
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+          out += buf;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  out += '"';
+  return out;
+}
+
+}  // namespace sg::log

@@ -1,0 +1,76 @@
+// Reading HTTP/1.x messages from a TCP stream: a fixed buffer, the parser, deadlines.
+//
+// read_head() returns once a message head is parsed; read_body() then yields decoded
+// body bytes in pieces (views into the buffer, valid until the next call on this reader)
+// so a body is streamed with bounded memory. Bytes after the current message stay
+// buffered for the next one (pipelining) or for a tunnel after an upgrade.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#include "exec/coro.h"
+#include "http/parser.h"
+#include "io/tcp.h"
+
+namespace sg::http {
+
+enum class ReadStatus : uint8_t {
+  kOk,
+  kClosed,      // the peer closed (or reset) before sending any byte of a message
+  kTimeout,     // the deadline passed
+  kIoError,     // read failed, or the peer closed in the middle of a message
+  kParseError,  // malformed; parser().error_status() says how to answer
+  kPeerGone,    // the watched stream (see read_head) was closed by its peer
+};
+
+struct HeadRead {
+  ReadStatus status = ReadStatus::kOk;
+  std::error_code ec;
+  bool partial = false;  // some bytes of the message had arrived (matters for 408 vs. close)
+};
+
+struct BodyRead {
+  ReadStatus status = ReadStatus::kOk;
+  std::error_code ec;
+  std::span<const std::string_view> chunks;
+  bool done = false;  // the message (and its trailers) is complete
+};
+
+class MessageReader {
+ public:
+  MessageReader(io::TcpStream& s, Parser::Mode mode, const ParserLimits& limits);
+
+  // Reads a message head. With no bytes buffered, waits for the first byte until
+  // `first_byte`; once a byte has arrived the whole head must arrive by `head_by`
+  // (computed then from `head_timeout`). If `watch` is given, a close of that stream by
+  // its peer ends the wait with kPeerGone.
+  exec::Task<HeadRead> read_head(io::Deadline first_byte, io::Clock::duration head_timeout,
+                                 io::TcpStream* watch = nullptr);
+
+  // Decoded body bytes of the current message; `done` once it is complete.
+  exec::Task<BodyRead> read_body(io::Deadline dl);
+
+  Parser& parser() { return parser_; }
+  // Bytes received after the current message.
+  std::string_view buffered() const { return {buf_.get() + begin_, end_ - begin_}; }
+  void discard_buffered() { begin_ = end_ = 0; }
+  bool has_buffered() const { return end_ > begin_; }
+
+ private:
+  // Makes room at the end of the buffer; false if it is full of unconsumed bytes.
+  bool make_room();
+
+  io::TcpStream& s_;
+  Parser parser_;
+  std::unique_ptr<char[]> buf_;
+  std::size_t cap_;
+  std::size_t begin_ = 0;
+  std::size_t end_ = 0;
+  std::vector<std::string_view> chunks_;
+};
+
+}  // namespace sg::http

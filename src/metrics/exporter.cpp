@@ -1,0 +1,246 @@
+#include "metrics/exporter.h"
+
+#include <prometheus/metric_family.h>
+#include <prometheus/text_serializer.h>
+
+#include <sstream>
+
+#include "common/log.h"
+#include "stealgate_version.h"
+
+namespace sg::metrics {
+
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+using Labels = std::vector<ClientMetric::Label>;
+
+struct Families {
+  std::vector<MetricFamily> out;
+
+  MetricFamily& family(std::string name, std::string help, MetricType type) {
+    out.push_back(MetricFamily{std::move(name), std::move(help), type, {}});
+    return out.back();
+  }
+  static void add(MetricFamily& f, Labels labels, double v) {
+    ClientMetric m;
+    m.label = std::move(labels);
+    if (f.type == MetricType::Counter) m.counter.value = v;
+    else m.gauge.value = v;
+    f.metric.push_back(std::move(m));
+  }
+  void scalar(std::string name, std::string help, MetricType type, double v) {
+    add(family(std::move(name), std::move(help), type), {}, v);
+  }
+};
+
+void add_histogram(MetricFamily& f, Labels labels, const proxy::AtomicHistogram& h) {
+  ClientMetric m;
+  m.label = std::move(labels);
+  uint64_t cum = 0;
+  for (std::size_t i = 0; i < proxy::kLatencyBuckets.size(); ++i) {
+    cum += h.buckets[i].load(std::memory_order_relaxed);
+    m.histogram.bucket.push_back({cum, proxy::kLatencyBuckets[i]});
+  }
+  cum += h.buckets.back().load(std::memory_order_relaxed);
+  m.histogram.bucket.push_back({cum, std::numeric_limits<double>::infinity()});
+  m.histogram.sample_count = cum;
+  m.histogram.sample_sum = static_cast<double>(h.sum_ns.load(std::memory_order_relaxed)) * 1e-9;
+  f.metric.push_back(std::move(m));
+}
+
+void executor_families(Families& fs, const exec::RuntimeStats& st) {
+  struct Field {
+    const char* name;
+    const char* help;
+    uint64_t exec::WorkerCounters::*member;
+    bool counter;
+    double scale;
+  };
+  static const Field fields[] = {
+      {"stealgate_executor_polls_total", "Task polls per worker.", &exec::WorkerCounters::polls, true, 1},
+      {"stealgate_executor_local_schedules_total", "Tasks scheduled by a worker onto itself.",
+       &exec::WorkerCounters::local_schedules, true, 1},
+      {"stealgate_executor_injected_polls_total", "Tasks a worker took from the injection queue.",
+       &exec::WorkerCounters::remote_polled, true, 1},
+      {"stealgate_executor_steals_total", "Tasks stolen from other workers.", &exec::WorkerCounters::steals, true, 1},
+      {"stealgate_executor_steal_operations_total", "Successful steal operations.",
+       &exec::WorkerCounters::steal_operations, true, 1},
+      {"stealgate_executor_overflows_total", "Times half a full local queue moved to the injection queue.",
+       &exec::WorkerCounters::overflows, true, 1},
+      {"stealgate_executor_lifo_hits_total", "Polls of a task taken from the LIFO slot.",
+       &exec::WorkerCounters::lifo_hits, true, 1},
+      {"stealgate_executor_lifo_capped_total", "Ticks where the LIFO slot hit its per-tick cap.",
+       &exec::WorkerCounters::lifo_capped, true, 1},
+      {"stealgate_executor_forced_yields_total", "Yields forced by an exhausted coop budget.",
+       &exec::WorkerCounters::forced_yields, true, 1},
+      {"stealgate_executor_parks_total", "Times a worker went to sleep.", &exec::WorkerCounters::parks, true, 1},
+      {"stealgate_executor_unparks_total", "Times a worker woke up.", &exec::WorkerCounters::unparks, true, 1},
+      {"stealgate_executor_driver_polls_total", "Polls of the I/O driver by a worker.",
+       &exec::WorkerCounters::driver_polls, true, 1},
+      {"stealgate_executor_busy_seconds_total", "Time a worker spent not parked.", &exec::WorkerCounters::busy_ns,
+       true, 1e-9},
+      {"stealgate_executor_local_queue_depth", "Tasks in a worker's local run queue.",
+       &exec::WorkerCounters::local_queue_depth, false, 1},
+      {"stealgate_executor_global_queue_interval", "Ticks between injection-queue checks (adaptive or fixed).",
+       &exec::WorkerCounters::global_queue_interval, false, 1},
+  };
+  for (const auto& f : fields) {
+    auto& fam = fs.family(f.name, f.help, f.counter ? MetricType::Counter : MetricType::Gauge);
+    for (std::size_t w = 0; w < st.workers.size(); ++w) {
+      Families::add(fam, {{"worker", std::to_string(w)}}, static_cast<double>(st.workers[w].*f.member) * f.scale);
+    }
+  }
+  fs.scalar("stealgate_executor_workers", "Worker threads.", MetricType::Gauge, static_cast<double>(st.workers.size()));
+  fs.scalar("stealgate_executor_injection_queue_depth", "Tasks waiting in the global injection queue.",
+            MetricType::Gauge, static_cast<double>(st.injection_queue_depth));
+  fs.scalar("stealgate_executor_remote_schedules_total", "Tasks scheduled from outside any worker.",
+            MetricType::Counter, static_cast<double>(st.remote_schedules));
+  fs.scalar("stealgate_executor_blocking_threads", "Threads of the blocking pool.", MetricType::Gauge,
+            static_cast<double>(st.blocking_threads));
+  fs.scalar("stealgate_executor_blocking_queue_depth", "Blocking tasks waiting for a thread.", MetricType::Gauge,
+            static_cast<double>(st.blocking_queue_depth));
+  // Scheduling delay (runnable -> polled), sampled, all workers together.
+  exec::WorkerCounters tot = st.total();
+  auto& h = fs.family("stealgate_executor_scheduling_delay_seconds",
+                      "Time from a task becoming runnable to its poll (sampled).", MetricType::Histogram);
+  ClientMetric m;
+  uint64_t cum = 0;
+  for (std::size_t i = 0; i < exec::kDelayBuckets; ++i) {
+    cum += tot.sched_delay.buckets[i];
+    m.histogram.bucket.push_back({cum, exec::DelayHistogram::upper_bound_seconds(i)});
+  }
+  m.histogram.sample_count = cum;
+  m.histogram.sample_sum = static_cast<double>(tot.sched_delay.sum_ns) * 1e-9;
+  h.metric.push_back(std::move(m));
+}
+
+void gateway_families(Families& fs, proxy::Gateway& gw) {
+  auto snap = gw.snapshot();
+  proxy::GatewayStats& gs = gw.stats();
+
+  // Downstream.
+  auto& conn_active = fs.family("stealgate_downstream_connections_active", "Open client connections.", MetricType::Gauge);
+  auto& conn_total = fs.family("stealgate_downstream_connections_total", "Accepted client connections.", MetricType::Counter);
+  auto& conn_rej = fs.family("stealgate_downstream_connections_rejected_total",
+                             "Connections refused at the max_connections limit.", MetricType::Counter);
+  auto& acc_err = fs.family("stealgate_downstream_accept_errors_total", "accept() failures.", MetricType::Counter);
+  for (const auto& ls : gw.listener_states()) {
+    const config::ListenerSection* l = snap ? snap->listener(ls->address) : nullptr;
+    Labels lb{{"listener", l != nullptr ? l->name : ls->address}};
+    Families::add(conn_active, lb, static_cast<double>(ls->stats.connections_active.load()));
+    Families::add(conn_total, lb, static_cast<double>(ls->stats.connections_total.load()));
+    Families::add(conn_rej, lb, static_cast<double>(ls->stats.rejected_max_connections.load()));
+    Families::add(acc_err, lb, static_cast<double>(ls->stats.accept_errors.load()));
+  }
+
+  auto& req = fs.family("stealgate_http_requests_total", "Requests by route, method and status class.",
+                        MetricType::Counter);
+  auto& dur = fs.family("stealgate_http_request_duration_seconds", "Request duration by route.", MetricType::Histogram);
+  auto emit_route = [&](const proxy::RouteStats& rs) {
+    std::string route = rs.name.empty() ? "none" : rs.name;
+    for (std::size_t m = 0; m < proxy::kMethods.size(); ++m) {
+      for (std::size_t c = 0; c < 6; ++c) {
+        uint64_t v = rs.requests[m][c].load(std::memory_order_relaxed);
+        if (v == 0) continue;
+        Families::add(req,
+                      {{"code_class", c == 0 ? "none" : std::to_string(c) + "xx"},
+                       {"method", std::string(proxy::kMethods[m])},
+                       {"route", route}},
+                      static_cast<double>(v));
+      }
+    }
+    if (rs.duration.count.load(std::memory_order_relaxed) > 0) add_histogram(dur, {{"route", route}}, rs.duration);
+  };
+  if (snap) {
+    for (const auto& rs : snap->route_stats) emit_route(*rs);
+    emit_route(*snap->unrouted_stats);
+  }
+  fs.scalar("stealgate_local_replies_total", "Responses generated by stealgate itself.", MetricType::Counter,
+            static_cast<double>(gs.local_replies.load()));
+
+  // Upstream.
+  auto& up_req = fs.family("stealgate_upstream_requests_total", "Requests sent upstream, by cluster.", MetricType::Counter);
+  auto& up_cerr = fs.family("stealgate_upstream_connect_errors_total", "Upstream connect failures.", MetricType::Counter);
+  auto& up_to = fs.family("stealgate_upstream_timeouts_total", "Upstream response timeouts.", MetricType::Counter);
+  auto& up_retry = fs.family("stealgate_upstream_retries_total", "Retried upstream requests.", MetricType::Counter);
+  auto& up_budget = fs.family("stealgate_upstream_retry_budget_exhausted_total", "Retries refused by the retry budget.",
+                              MetricType::Counter);
+  auto& up_none = fs.family("stealgate_upstream_no_healthy_endpoint_total", "Requests with no healthy endpoint (503).",
+                            MetricType::Counter);
+  auto& up_active = fs.family("stealgate_upstream_requests_active", "Requests in flight, by cluster.", MetricType::Gauge);
+  auto& up_conns = fs.family("stealgate_upstream_connections", "Upstream connections by state.", MetricType::Gauge);
+  auto& ep_healthy = fs.family("stealgate_upstream_endpoint_healthy",
+                               "1 when an endpoint passes health checks and is not ejected.", MetricType::Gauge);
+  if (snap) {
+    for (const auto& c : snap->clusters) {
+      auto& s = c->stats();
+      Labels lb{{"cluster", c->name()}};
+      Families::add(up_req, lb, static_cast<double>(s.requests.load()));
+      Families::add(up_cerr, lb, static_cast<double>(s.connect_errors.load()));
+      Families::add(up_to, lb, static_cast<double>(s.timeouts.load()));
+      Families::add(up_retry, lb, static_cast<double>(s.retries.load()));
+      Families::add(up_budget, lb, static_cast<double>(s.retries_budget_exhausted.load()));
+      Families::add(up_none, lb, static_cast<double>(s.no_healthy_endpoint.load()));
+      Families::add(up_active, lb, static_cast<double>(s.active.load()));
+      double idle = 0, active = 0;
+      int64_t now = upstream::steady_now_ms();
+      for (const auto& e : c->endpoints()) {
+        idle += static_cast<double>(e->pool().idle());
+        active += static_cast<double>(e->active.load());
+        Families::add(ep_healthy, {{"cluster", c->name()}, {"endpoint", e->name()}}, e->available(now) ? 1 : 0);
+      }
+      Families::add(up_conns, {{"cluster", c->name()}, {"state", "idle"}}, idle);
+      Families::add(up_conns, {{"cluster", c->name()}, {"state", "active"}}, active);
+    }
+  }
+
+  // Admission.
+  auto& inflight = fs.family("stealgate_admission_in_flight", "Admitted requests holding a permit.", MetricType::Gauge);
+  auto& queued = fs.family("stealgate_admission_queued", "Requests waiting for a permit.", MetricType::Gauge);
+  if (snap && snap->global_limit) {
+    double cap = static_cast<double>(snap->config->limits.max_concurrent_requests);
+    Families::add(inflight, {{"scope", "global"}}, cap - static_cast<double>(snap->global_limit->available()));
+    Families::add(queued, {{"scope", "global"}}, static_cast<double>(snap->global_limit->waiting()));
+  }
+  auto& rejected = fs.family("stealgate_admission_rejected_total", "Requests refused with 503 by admission control.",
+                             MetricType::Counter);
+  static const char* scopes[] = {"global", "route", "cluster"};
+  static const char* reasons[] = {"queue_full", "queue_timeout", "shed"};
+  for (std::size_t s = 0; s < 3; ++s) {
+    for (std::size_t r = 0; r < 3; ++r) {
+      Families::add(rejected, {{"reason", reasons[r]}, {"scope", scopes[s]}},
+                    static_cast<double>(gs.admission.rejected[s][r].load()));
+    }
+  }
+  add_histogram(fs.family("stealgate_admission_wait_seconds", "Time queued requests waited for a permit.",
+                          MetricType::Histogram),
+                {}, gs.admission.wait);
+
+  // Configuration and process.
+  auto& reloads = fs.family("stealgate_config_reloads_total", "Configuration reloads by result.", MetricType::Counter);
+  Families::add(reloads, {{"result", "success"}}, static_cast<double>(gs.reloads_ok.load()));
+  Families::add(reloads, {{"result", "failure"}}, static_cast<double>(gs.reloads_failed.load()));
+  fs.scalar("stealgate_config_last_reload_success_timestamp_seconds",
+            "Unix time of the last successful (re)load.", MetricType::Gauge,
+            static_cast<double>(gs.last_reload_success_unix.load()));
+  fs.scalar("stealgate_log_lines_dropped_total", "Log lines dropped because the async log queue was full.",
+            MetricType::Counter, static_cast<double>(log::dropped_lines()));
+  Families::add(fs.family("stealgate_build_info", "Build information.", MetricType::Gauge),
+                {{"version", STEALGATE_VERSION}}, 1);
+}
+
+}  // namespace
+
+std::string render(proxy::Gateway& gw) {
+  Families fs;
+  executor_families(fs, gw.runtime().exec().stats());
+  gateway_families(fs, gw);
+  std::ostringstream os;
+  prometheus::TextSerializer{}.Serialize(os, fs.out);
+  return os.str();
+}
+
+}  // namespace sg::metrics

@@ -1,0 +1,50 @@
+// Shared types of one request's life (session.cpp drives it, forward.cpp talks upstream).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "config/schema.h"
+#include "http/stream.h"
+#include "io/tcp.h"
+#include "proxy/gateway.h"
+
+namespace sg::proxy {
+
+struct RequestContext {
+  std::chrono::steady_clock::time_point start;
+  std::string request_id;
+  std::string client_ip;
+  std::string client;  // ip:port
+  std::string route = "-";
+  int route_index = -1;       // index in the snapshot's route table, -1 = none matched
+  std::string cluster = "-";
+  std::string endpoint = "-";
+  int status = 0;             // status sent to the client; 0 = none (client gone/aborted)
+  uint64_t bytes_out = 0;     // response body bytes sent to the client
+  uint64_t bytes_in = 0;      // request body bytes read from the client
+  int attempts = 0;
+  std::string note;           // why stealgate answered itself / aborted
+};
+
+// Everything forward() needs about the downstream side.
+struct Downstream {
+  io::TcpStream& client;
+  http::MessageReader& reader;  // the request head is parsed; its body is unread
+  const config::ListenerSection& listener;
+  bool draining = false;
+};
+
+struct ForwardResult {
+  bool client_reusable = false;  // the downstream connection can serve another request
+};
+
+exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routing::CompiledRoute& route,
+                                  Downstream& down, RequestContext& ctx);
+
+// Writes a locally generated reply; returns false when the client could not be written.
+exec::Task<bool> send_local(io::TcpStream& client, const std::string& bytes, const config::ListenerSection& l);
+
+}  // namespace sg::proxy

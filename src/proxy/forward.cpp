@@ -1,0 +1,505 @@
+// One proxied exchange: pick an endpoint, get a connection (pooled or new), send the
+// request head, stream the request body, read the response head (relaying 1xx), stream the
+// response body back, then decide whether either connection can be reused.
+//
+// Failure policy:
+//   * connect failures: retried on another endpoint (nothing was sent), when configured;
+//   * a pooled connection that turns out dead before any response byte (write fails, or
+//     EOF): retried on a fresh connection once, for idempotent requests or when the
+//     failure hit before the request was fully sent;
+//   * 5xx / gateway errors / resets / timeouts: retried only for idempotent requests without
+//     a body, when configured, within the cluster's retry budget;
+//   * once a response byte went to the client, no retry: an upstream that dies mid-body
+//     makes us close the client connection (never a fake complete response).
+#include <array>
+#include <charconv>
+#include <cstring>
+
+#include "common/log.h"
+#include "http/serialize.h"
+#include "proxy/exchange.h"
+#include "proxy/headers.h"
+#include "proxy/local_reply.h"
+
+namespace sg::proxy {
+
+namespace {
+
+using namespace std::chrono_literals;
+
+// How long we wait for an upstream's 100 Continue before sending the body anyway (what
+// curl and others do when the next hop ignores Expect).
+constexpr auto kExpectContinueWait = 1s;
+
+std::string rewritten_target(const http::RequestHead& req, const config::RouteSection& r) {
+  if (req.path == "*") return "*";
+  std::string path = req.path;
+  if (!r.rewrite_path.empty()) {
+    path = r.rewrite_path;
+  } else if (!r.strip_prefix.empty() && path.compare(0, r.strip_prefix.size(), r.strip_prefix) == 0) {
+    path.erase(0, r.strip_prefix.size());
+    if (path.empty() || path.front() != '/') path.insert(path.begin(), '/');
+  }
+  if (!req.query.empty()) path += "?" + req.query;
+  return path;
+}
+
+// Writes decoded body pieces to `dst`, framed as chunks when `chunked`.
+exec::Task<std::error_code> write_body(io::TcpStream& dst, std::span<const std::string_view> pieces, bool chunked,
+                                       io::Deadline dl) {
+  constexpr std::size_t kGroup = 32;
+  std::array<std::string_view, kGroup * 3> bufs;
+  std::array<std::array<char, 20>, kGroup> size_lines;
+  for (std::size_t i = 0; i < pieces.size(); i += kGroup) {
+    std::size_t n = 0;
+    for (std::size_t k = i; k < pieces.size() && k < i + kGroup; ++k) {
+      std::string_view p = pieces[k];
+      if (p.empty()) continue;
+      if (chunked) {
+        std::string line;
+        http::append_chunk_size(line, p.size());
+        auto& sl = size_lines[k - i];
+        std::memcpy(sl.data(), line.data(), line.size());
+        bufs[n++] = std::string_view(sl.data(), line.size());
+        bufs[n++] = p;
+        bufs[n++] = "\r\n";
+      } else {
+        bufs[n++] = p;
+      }
+    }
+    if (n == 0) continue;
+    if (auto ec = co_await dst.write_all(std::span<const std::string_view>(bufs.data(), n), dl)) co_return ec;
+  }
+  co_return std::error_code{};
+}
+
+std::string last_chunk(const http::HeaderMap& trailers, bool forward_trailers) {
+  std::string out = "0\r\n";
+  if (forward_trailers) {
+    for (const auto& t : trailers) {
+      // Never let a trailer smuggle framing or routing fields (RFC 9110 §6.5.1).
+      if (http::iequals(t.name, "content-length") || http::iequals(t.name, "transfer-encoding") ||
+          http::iequals(t.name, "host") || http::iequals(t.name, "connection") || http::iequals(t.name, "trailer")) {
+        continue;
+      }
+      out += t.name + ": " + t.value + "\r\n";
+    }
+  }
+  out += "\r\n";
+  return out;
+}
+
+bool retry_on(const config::RouteSection& r, config::RetryOn what) {
+  for (auto o : r.retries.on) {
+    if (o == what) return true;
+  }
+  return false;
+}
+
+// Retry budget (Envoy's): retries in flight may not exceed budget_percent of the requests
+// in flight, with a floor of min_retry_concurrency, so retries cannot amplify an outage.
+class RetryBudget {
+ public:
+  RetryBudget(upstream::Cluster& c, const config::RetrySection& r) : c_(c), r_(r) {}
+  ~RetryBudget() {
+    if (holding_) c_.stats().retries_in_flight.fetch_sub(1, std::memory_order_relaxed);
+  }
+  bool try_take() {
+    auto& s = c_.stats();
+    int64_t active = s.active.load(std::memory_order_relaxed);
+    int64_t allowed = std::max<int64_t>(r_.min_retry_concurrency, active * r_.budget_percent / 100);
+    if (!holding_) {
+      if (s.retries_in_flight.fetch_add(1, std::memory_order_relaxed) + 1 > allowed) {
+        s.retries_in_flight.fetch_sub(1, std::memory_order_relaxed);
+        s.retries_budget_exhausted.fetch_add(1, std::memory_order_relaxed);
+        return false;
+      }
+      holding_ = true;
+    }
+    s.retries.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+
+ private:
+  upstream::Cluster& c_;
+  const config::RetrySection& r_;
+  bool holding_ = false;
+};
+
+struct InFlight {
+  std::atomic<int64_t>& a;
+  explicit InFlight(std::atomic<int64_t>& x) : a(x) { a.fetch_add(1, std::memory_order_relaxed); }
+  ~InFlight() { a.fetch_sub(1, std::memory_order_relaxed); }
+};
+
+// Copies bytes one way until EOF, an error or `idle` without traffic. Used for tunnels.
+exec::Task<void> pump(io::TcpStream& from, io::TcpStream& to, std::chrono::milliseconds idle, uint64_t* bytes) {
+  std::array<char, 16 * 1024> buf;
+  for (;;) {
+    io::IoResult r = co_await from.read_some(buf, io::Deadline::after(idle));
+    if (r.ec || r.n == 0) break;
+    if (co_await to.write_all(std::string_view(buf.data(), r.n), io::Deadline::after(idle))) break;
+    if (bytes != nullptr) *bytes += r.n;
+  }
+  to.shutdown_write();
+}
+
+exec::Task<void> tunnel(io::TcpStream& client, io::TcpStream& up, std::string_view client_leftover,
+                        std::string_view up_leftover, std::chrono::milliseconds idle, RequestContext& ctx) {
+  if (!up_leftover.empty() && co_await client.write_all(up_leftover, io::Deadline::after(idle))) co_return;
+  if (!client_leftover.empty() && co_await up.write_all(client_leftover, io::Deadline::after(idle))) co_return;
+  // One direction in its own task, the other here; the second to finish ends the tunnel.
+  auto upstream_bound = exec::spawn(pump(client, up, idle, &ctx.bytes_in));
+  co_await pump(up, client, idle, &ctx.bytes_out);
+  co_await upstream_bound;
+}
+
+}  // namespace
+
+exec::Task<bool> send_local(io::TcpStream& client, const std::string& bytes, const config::ListenerSection& l) {
+  auto ec = co_await client.write_all(bytes, io::Deadline::after(l.send_timeout));
+  co_return !ec;
+}
+
+exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routing::CompiledRoute& route,
+                                  Downstream& down, RequestContext& ctx) {
+  (void)snap;
+  http::RequestHead& req = down.reader.parser().request();
+  const config::RouteSection& rcfg = *route.cfg;
+  upstream::Cluster& cluster = *route.cluster;
+  const config::ClusterSection& ccfg = cluster.config();
+  ctx.cluster = cluster.name();
+  GatewayStats& gs = gw.stats();
+  asio::io_context& ioc = gw.runtime().context();
+
+  const bool idempotent = is_idempotent(req.method);
+  const bool has_body = req.body != http::BodyKind::kNone;
+  const bool client_http10 = req.is_http10();
+  bool request_body_consumed = !has_body;  // the client's body was read to its end
+  bool body_started = false;               // a body byte was read (the request cannot be replayed)
+  bool sent_100 = false;                   // we (or the upstream via us) sent 100 Continue
+
+  ForwardInfo info{ctx.client_ip, ctx.request_id, "http", req.upgrade};
+  std::string head_bytes;
+  http::append_request_head(head_bytes, req.method, rewritten_target(req, rcfg),
+                            upstream_request_headers(req, &rcfg, info));
+
+  uint64_t hash = 0;
+  if (ccfg.lb == config::LbPolicy::kRingHash) {
+    const std::string* hv = ccfg.hash_header.empty() ? nullptr : req.headers.get(ccfg.hash_header);
+    hash = upstream::hash64(hv != nullptr ? std::string_view(*hv) : std::string_view(ctx.client_ip));
+  }
+
+  InFlight cluster_active(cluster.stats().active);
+  RetryBudget budget(cluster, rcfg.retries);
+  const uint32_t max_attempts = 1 + rcfg.retries.attempts;
+  int exclude = -1;
+  bool fresh_only = false;  // a pooled connection just failed: use a new one
+
+  auto reply = [&](int status, std::string note, bool close) -> exec::Task<ForwardResult> {
+    ctx.status = status;
+    ctx.note = std::move(note);
+    gs.local_replies.fetch_add(1, std::memory_order_relaxed);
+    LocalReply lr;
+    lr.status = status;
+    lr.close = close || !request_body_consumed;
+    lr.head = req.is_head();
+    if (status == 503) lr.headers.emplace_back("Retry-After", "1");
+    bool ok = co_await send_local(down.client, render_local_reply(lr), down.listener);
+    co_return ForwardResult{ok && !lr.close};
+  };
+
+  for (uint32_t attempt = 0;; ++attempt) {
+    ctx.attempts = static_cast<int>(attempt + 1);
+    int idx = -1;
+    upstream::Endpoint* ep = cluster.pick(upstream::PickContext{hash, exclude}, &idx);
+    if (ep == nullptr) co_return co_await reply(503, "no healthy upstream", false);
+    ctx.endpoint = ep->name();
+    InFlight ep_active(ep->active);
+    ep->stats().requests.fetch_add(1, std::memory_order_relaxed);
+    gs.upstream_requests.fetch_add(1, std::memory_order_relaxed);
+    cluster.stats().requests.fetch_add(1, std::memory_order_relaxed);
+
+    auto can_retry = [&](bool cond) {
+      return cond && attempt + 1 < max_attempts && budget.try_take();
+    };
+
+    // --- connection ---
+    std::optional<io::TcpStream> pooled = fresh_only ? std::nullopt : ep->pool().acquire();
+    fresh_only = false;
+    const bool reused = pooled.has_value();
+    io::TcpStream up;
+    if (reused) {
+      up = std::move(*pooled);
+    } else {
+      auto c = co_await io::TcpStream::connect(ioc, ep->address(), io::Deadline::after(ccfg.connect_timeout));
+      if (!c.ok()) {
+        bool timed_out = c.error() == std::errc::timed_out;
+        ep->stats().connect_errors.fetch_add(1, std::memory_order_relaxed);
+        cluster.stats().connect_errors.fetch_add(1, std::memory_order_relaxed);
+        gs.upstream_connect_errors.fetch_add(1, std::memory_order_relaxed);
+        cluster.record_failure(*ep);
+        if (!body_started && can_retry(retry_on(rcfg, config::RetryOn::kConnectFailure))) {
+          exclude = idx;
+          continue;
+        }
+        co_return co_await reply(timed_out ? 504 : 502,
+                                 "upstream connect to " + ep->name() + " failed: " + c.error().message(), false);
+      }
+      up = std::move(*c);
+    }
+
+    // --- request head ---
+    io::Deadline send_dl = io::Deadline::after(rcfg.timeout);
+    if (auto ec = co_await up.write_all(head_bytes, send_dl)) {
+      up.close();
+      if (reused && !body_started) {
+        fresh_only = true;  // a stale pooled connection: same request on a new connection
+        --attempt;
+        continue;
+      }
+      cluster.record_failure(*ep);
+      co_return co_await reply(502, "upstream write failed: " + ec.message(), false);
+    }
+
+    http::ParserLimits up_limits;
+    up_limits.max_header_bytes = 64 * 1024;
+    up_limits.max_headers = 200;
+    http::MessageReader up_reader(up, http::Parser::Mode::kResponse, up_limits);
+    up_reader.parser().expect_no_body(req.is_head());
+
+    // --- Expect: 100-continue: give the upstream a moment to accept or refuse ---
+    bool have_head = false;
+    http::HeadRead hr;
+    if (req.expect_continue && has_body && !client_http10) {
+      hr = co_await up_reader.read_head(io::Deadline::after(kExpectContinueWait), rcfg.timeout, &down.client);
+      if (hr.status == http::ReadStatus::kTimeout && !hr.partial) {
+        // The upstream does not do 100-continue: let the client send the body anyway.
+        if (!co_await send_local(down.client, "HTTP/1.1 100 Continue\r\n\r\n", down.listener)) co_return ForwardResult{false};
+        sent_100 = true;
+      } else if (hr.status == http::ReadStatus::kOk && up_reader.parser().response().status == 100) {
+        if (!co_await send_local(down.client, "HTTP/1.1 100 Continue\r\n\r\n", down.listener)) co_return ForwardResult{false};
+        sent_100 = true;
+        auto fin = co_await up_reader.read_body(io::Deadline::after(rcfg.timeout));  // completes the 1xx message
+        if (fin.status != http::ReadStatus::kOk) {
+          up.close();
+          co_return co_await reply(502, "upstream broke after 100 Continue", true);
+        }
+      } else {
+        have_head = true;  // a final response (or an error) before the body: handled below
+      }
+    }
+
+    // --- request body ---
+    if (has_body && !have_head) {
+      body_started = true;
+      const bool chunked = req.body == http::BodyKind::kChunked;
+      for (;;) {
+        http::BodyRead br = co_await down.reader.read_body(io::Deadline::after(down.listener.body_timeout));
+        if (br.status != http::ReadStatus::kOk) {
+          up.close();
+          if (br.status == http::ReadStatus::kTimeout) co_return co_await reply(408, "client body timeout", true);
+          if (br.status == http::ReadStatus::kParseError) {
+            int st = down.reader.parser().error_status();
+            co_return co_await reply(st != 0 ? st : 400, "bad request body: " + down.reader.parser().error_detail(), true);
+          }
+          ctx.note = "client closed during the request body";
+          co_return ForwardResult{false};
+        }
+        for (auto c : br.chunks) ctx.bytes_in += c.size();
+        if (auto ec = co_await write_body(up, br.chunks, chunked, io::Deadline::after(rcfg.timeout))) {
+          // The upstream stopped reading; it may have answered already (e.g. 413).
+          have_head = true;
+          hr = co_await up_reader.read_head(io::Deadline::after(100ms), 100ms, nullptr);
+          if (hr.status != http::ReadStatus::kOk) {
+            up.close();
+            cluster.record_failure(*ep);
+            co_return co_await reply(502, "upstream closed while receiving the request body", true);
+          }
+          break;
+        }
+        if (br.done) {
+          request_body_consumed = true;
+          if (chunked) {
+            std::string tail = last_chunk(down.reader.parser().trailers(), true);
+            if (auto ec = co_await up.write_all(tail, io::Deadline::after(rcfg.timeout))) {
+              up.close();
+              co_return co_await reply(502, "upstream write failed: " + ec.message(), true);
+            }
+          }
+          break;
+        }
+      }
+    }
+
+    // --- response head(s) ---
+    bool upgraded = false;
+    for (;;) {
+      if (!have_head) {
+        hr = co_await up_reader.read_head(io::Deadline::after(rcfg.timeout), rcfg.timeout, &down.client);
+      }
+      have_head = false;
+      if (hr.status == http::ReadStatus::kPeerGone) {
+        up.close();  // the client left: abandon the upstream exchange
+        ctx.note = "client closed while waiting for the upstream";
+        co_return ForwardResult{false};
+      }
+      if (hr.status == http::ReadStatus::kTimeout) {
+        up.close();
+        ep->stats().timeouts.fetch_add(1, std::memory_order_relaxed);
+        cluster.stats().timeouts.fetch_add(1, std::memory_order_relaxed);
+        gs.upstream_timeouts.fetch_add(1, std::memory_order_relaxed);
+        cluster.record_failure(*ep);
+        if (idempotent && !has_body && can_retry(retry_on(rcfg, config::RetryOn::kTimeout))) {
+          exclude = idx;
+          goto next_attempt;
+        }
+        co_return co_await reply(504, "upstream response timeout", false);
+      }
+      if (hr.status == http::ReadStatus::kClosed || hr.status == http::ReadStatus::kIoError) {
+        up.close();
+        if (reused && !hr.partial && (idempotent || !has_body) && !body_started) {
+          fresh_only = true;  // the pooled connection was closed under us: replay once
+          --attempt;
+          goto next_attempt;
+        }
+        cluster.record_failure(*ep);
+        if (idempotent && !has_body && !hr.partial && can_retry(retry_on(rcfg, config::RetryOn::kReset))) {
+          exclude = idx;
+          goto next_attempt;
+        }
+        co_return co_await reply(502, "upstream closed the connection before responding", false);
+      }
+      if (hr.status == http::ReadStatus::kParseError) {
+        up.close();
+        cluster.record_failure(*ep);
+        co_return co_await reply(502, up_reader.parser().error_detail(), false);
+      }
+      http::ResponseHead& resp = up_reader.parser().response();
+      if (resp.status == 101 && req.upgrade) {
+        upgraded = true;
+        break;
+      }
+      if (resp.is_informational()) {
+        // Relay 1xx to HTTP/1.1 clients (never to 1.0 ones); we already sent our own 100.
+        if (!client_http10 && !(resp.status == 100 && sent_100)) {
+          std::string h;
+          http::HeaderMap fields = resp.headers;
+          strip_hop_by_hop(fields);
+          http::append_response_head(h, 1, resp.status, resp.reason, fields);
+          if (!co_await send_local(down.client, h, down.listener)) {
+            up.close();
+            co_return ForwardResult{false};
+          }
+        }
+        auto fin = co_await up_reader.read_body(io::Deadline::after(rcfg.timeout));
+        if (fin.status != http::ReadStatus::kOk) {
+          up.close();
+          co_return co_await reply(502, "upstream broke after an interim response", true);
+        }
+        continue;
+      }
+      break;
+    }
+
+    {
+      http::ResponseHead& resp = up_reader.parser().response();
+      // 5xx retries (idempotent, bodiless requests only: a streamed body is gone).
+      if (resp.status >= 500 && idempotent && !has_body) {
+        bool gw_err = resp.status == 502 || resp.status == 503 || resp.status == 504;
+        if (can_retry(retry_on(rcfg, config::RetryOn::k5xx) ||
+                      (gw_err && retry_on(rcfg, config::RetryOn::kGatewayError)))) {
+          ep->stats().responses_5xx.fetch_add(1, std::memory_order_relaxed);
+          cluster.record_failure(*ep);
+          up.close();
+          exclude = idx;
+          goto next_attempt;
+        }
+      }
+      if (resp.status >= 500) {
+        ep->stats().responses_5xx.fetch_add(1, std::memory_order_relaxed);
+        cluster.record_failure(*ep);
+      } else {
+        cluster.record_success(*ep);
+      }
+
+      // --- response to the client ---
+      ctx.status = resp.status;
+      const bool bodiless = resp.body == http::BodyKind::kNone;
+      const bool chunked_up = resp.body == http::BodyKind::kChunked;
+      const bool until_close = resp.body == http::BodyKind::kUntilClose;
+      // Re-frame for the client: chunked stays chunked for 1.1; a close-delimited body is
+      // chunked for 1.1 clients and close-delimited for 1.0 ones.
+      const bool chunked_down = !upgraded && !bodiless && !client_http10 && (chunked_up || until_close);
+      bool client_keep = !upgraded && req.keep_alive && !client_http10 && request_body_consumed &&
+                         !down.draining && !gw.draining() && !(client_http10 && !bodiless);
+      std::string head;
+      http::append_response_head(head, 1, resp.status, resp.reason,
+                                 client_response_headers(resp, &rcfg, chunked_down, !client_keep, upgraded));
+      if (auto ec = co_await down.client.write_all(head, io::Deadline::after(down.listener.send_timeout))) {
+        up.close();
+        ctx.status = 0;
+        ctx.note = "client write failed";
+        co_return ForwardResult{false};
+      }
+
+      if (upgraded) {
+        std::string_view client_left = down.reader.buffered();
+        std::string_view up_left = up_reader.buffered();
+        co_await tunnel(down.client, up, client_left, up_left, down.listener.idle_timeout, ctx);
+        up.close();
+        co_return ForwardResult{false};
+      }
+
+      bool upstream_clean = true;
+      for (;;) {
+        http::BodyRead br = co_await up_reader.read_body(io::Deadline::after(rcfg.timeout));
+        if (br.status != http::ReadStatus::kOk) {
+          // Mid-body failure: the client must not see a complete-looking response.
+          upstream_clean = false;
+          if (br.status == http::ReadStatus::kTimeout) {
+            gs.upstream_timeouts.fetch_add(1, std::memory_order_relaxed);
+            ctx.note = "upstream body timeout";
+          } else {
+            ctx.note = "upstream broke mid-body";
+          }
+          up.close();
+          co_return ForwardResult{false};
+        }
+        for (auto c : br.chunks) ctx.bytes_out += c.size();
+        if (!br.chunks.empty()) {
+          if (auto ec = co_await write_body(down.client, br.chunks, chunked_down,
+                                            io::Deadline::after(down.listener.send_timeout))) {
+            up.close();
+            ctx.note = "client write failed mid-body";
+            co_return ForwardResult{false};
+          }
+        }
+        if (br.done) {
+          if (chunked_down) {
+            std::string tail = last_chunk(up_reader.parser().trailers(), chunked_up);
+            if (co_await down.client.write_all(tail, io::Deadline::after(down.listener.send_timeout))) {
+              up.close();
+              co_return ForwardResult{false};
+            }
+          }
+          break;
+        }
+      }
+
+      // Reuse the upstream connection only after a cleanly framed exchange.
+      bool up_reusable = upstream_clean && resp.keep_alive && !until_close && request_body_consumed &&
+                         !up_reader.has_buffered();
+      if (up_reusable) {
+        ep->pool().release(std::move(up));
+      } else {
+        up.close();
+      }
+      co_return ForwardResult{client_keep && !until_close};
+    }
+
+  next_attempt:;
+  }
+}
+
+}  // namespace sg::proxy

@@ -1,0 +1,275 @@
+#include "proxy/gateway.h"
+
+#include <ctime>
+
+#include "common/log.h"
+#include "proxy/session.h"
+
+namespace sg::proxy {
+
+const config::ListenerSection* Snapshot::listener(const std::string& address) const {
+  auto it = listeners_by_address.find(address);
+  return it == listeners_by_address.end() ? nullptr : it->second;
+}
+
+Gateway::Gateway(io::Runtime& rt) : rt_(rt) {}
+
+Gateway::~Gateway() {
+  begin_drain();
+  abort_sessions();
+  wait_drained(std::chrono::milliseconds(5000));
+}
+
+std::string Gateway::build_snapshot(std::shared_ptr<const config::Config> cfg, std::shared_ptr<Snapshot>& out) {
+  auto snap = std::make_shared<Snapshot>();
+  snap->config = cfg;
+  std::shared_ptr<const Snapshot> prev = snapshot();
+
+  // Clusters: resolve names (blocking getaddrinfo, on this control thread, never a
+  // worker) and carry unchanged endpoints (pools, health) over.
+  for (const auto& c : cfg->clusters) {
+    const upstream::Cluster* old = nullptr;
+    if (prev) {
+      for (const auto& pc : prev->clusters) {
+        if (pc->name() == c.name) old = pc.get();
+      }
+    }
+    std::string err;
+    auto built = upstream::Cluster::build(c, old, err);
+    if (!built.ok()) return err;
+    snap->clusters.push_back(std::move(*built));
+  }
+  std::string err;
+  auto table = routing::RouteTable::build(*cfg, snap->clusters, err);
+  if (!table.ok()) return err;
+  snap->routes = std::move(*table);
+
+  // Statistics live across reloads, keyed by name.
+  for (const auto& r : cfg->routes) {
+    auto& rs = route_stats_[r.name];
+    if (!rs) rs = std::make_shared<RouteStats>(r.name);
+    snap->route_stats.push_back(rs);
+  }
+  auto& unrouted = route_stats_[""];
+  if (!unrouted) unrouted = std::make_shared<RouteStats>("");
+  snap->unrouted_stats = unrouted;
+
+  // Admission semaphores: kept when their size is unchanged (permits in flight stay
+  // valid); a resized one starts fresh and the old one drains with its requests.
+  const auto& lim = cfg->limits;
+  auto keep_or_make = [&](std::shared_ptr<exec::Semaphore> old, std::size_t permits, std::size_t queue,
+                          std::size_t old_permits, std::size_t old_queue) -> std::shared_ptr<exec::Semaphore> {
+    if (permits == 0) return nullptr;
+    if (old && permits == old_permits && queue == old_queue) return old;
+    return std::make_shared<exec::Semaphore>(permits, queue);
+  };
+  const config::Config* pc = prev ? prev->config.get() : nullptr;
+  snap->global_limit = keep_or_make(prev ? prev->global_limit : nullptr, lim.max_concurrent_requests,
+                                    lim.max_queued_requests, pc ? pc->limits.max_concurrent_requests : 0,
+                                    pc ? pc->limits.max_queued_requests : 0);
+  for (std::size_t i = 0; i < cfg->routes.size(); ++i) {
+    const auto& r = cfg->routes[i];
+    std::shared_ptr<exec::Semaphore> old;
+    std::size_t old_n = 0;
+    if (prev) {
+      for (std::size_t j = 0; j < prev->config->routes.size(); ++j) {
+        if (prev->config->routes[j].name == r.name) {
+          old = prev->route_limits[j];
+          old_n = prev->config->routes[j].max_concurrent_requests;
+        }
+      }
+    }
+    snap->route_limits.push_back(keep_or_make(old, r.max_concurrent_requests, lim.max_queued_requests, old_n,
+                                              pc ? pc->limits.max_queued_requests : 0));
+  }
+  for (const auto& c : cfg->clusters) {
+    std::shared_ptr<exec::Semaphore> old;
+    std::size_t old_n = 0;
+    if (prev) {
+      auto it = prev->cluster_limits.find(c.name);
+      if (it != prev->cluster_limits.end()) old = it->second;
+      if (const auto* oc = prev->config->find_cluster(c.name)) old_n = oc->max_concurrent_requests;
+    }
+    if (auto s = keep_or_make(old, c.max_concurrent_requests, lim.max_queued_requests, old_n,
+                              pc ? pc->limits.max_queued_requests : 0)) {
+      snap->cluster_limits[c.name] = s;
+    }
+  }
+  for (const auto& l : cfg->listeners) snap->listeners_by_address[l.address.text()] = &l;
+  out = std::move(snap);
+  return "";
+}
+
+std::string Gateway::bind_listener(const config::ListenerSection& l, std::shared_ptr<ListenerState>& out) {
+  std::string err;
+  auto ep = upstream::resolve(l.address, err);
+  if (!ep.ok()) return "listener \"" + l.name + "\" " + l.address.text() + ": " + err;
+  io::ListenOptions opts;
+  opts.backlog = l.backlog;
+  opts.reuse_port = l.reuse_port;
+  auto bound = io::TcpListener::bind(rt_.context(), *ep, opts);
+  if (!bound.ok()) {
+    return "listener \"" + l.name + "\" cannot listen on " + l.address.text() + ": " + bound.error().message();
+  }
+  auto ls = std::make_shared<ListenerState>();
+  ls->address = l.address.text();
+  ls->bound_port = bound->local_endpoint().port();
+  ls->listener.emplace(std::move(*bound));
+  out = std::move(ls);
+  return "";
+}
+
+void Gateway::start_accepting(const std::shared_ptr<ListenerState>& ls) {
+  ls->accept_task = rt_.handle().spawn(accept_loop(*this, ls));
+}
+
+void Gateway::stop_listener(const std::shared_ptr<ListenerState>& ls) {
+  ls->stopping.store(true, std::memory_order_release);
+  if (ls->accept_task.valid()) {
+    ls->accept_task.cancel();
+    ls->accept_task.wait();  // the accept loop no longer touches the socket
+  }
+  if (ls->listener) ls->listener->close();
+}
+
+std::string Gateway::start(std::shared_ptr<const config::Config> cfg) {
+  std::lock_guard lk(control_mu_);
+  std::shared_ptr<Snapshot> snap;
+  if (std::string err = build_snapshot(cfg, snap); !err.empty()) return err;
+  std::vector<std::shared_ptr<ListenerState>> bound;
+  for (const auto& l : cfg->listeners) {
+    std::shared_ptr<ListenerState> ls;
+    if (std::string err = bind_listener(l, ls); !err.empty()) {
+      for (auto& b : bound) b->listener->close();
+      return err;
+    }
+    bound.push_back(ls);
+  }
+  snap_.store(snap, std::memory_order_release);
+  for (auto& ls : bound) {
+    listeners_[ls->address] = ls;
+    start_accepting(ls);
+    SG_LOG_INFO("listener {} on {} (port {})", snap->listener(ls->address)->name, ls->address, ls->bound_port);
+  }
+  ready_.store(true, std::memory_order_release);
+  return "";
+}
+
+std::string Gateway::reload(std::shared_ptr<const config::Config> cfg) {
+  std::lock_guard lk(control_mu_);
+  if (draining()) return "shutting down";
+  std::shared_ptr<Snapshot> snap;
+  std::string err = build_snapshot(cfg, snap);
+  std::vector<std::shared_ptr<ListenerState>> added;
+  if (err.empty()) {
+    for (const auto& l : cfg->listeners) {
+      if (listeners_.count(l.address.text()) != 0) continue;  // unchanged: keep the socket
+      std::shared_ptr<ListenerState> ls;
+      err = bind_listener(l, ls);
+      if (!err.empty()) break;
+      added.push_back(ls);
+    }
+  }
+  if (!err.empty()) {
+    for (auto& a : added) a->listener->close();
+    stats_.reloads_failed.fetch_add(1, std::memory_order_relaxed);
+    return err;
+  }
+  snap_.store(snap, std::memory_order_release);
+  for (auto& ls : added) {
+    listeners_[ls->address] = ls;
+    start_accepting(ls);
+    SG_LOG_INFO("listener {} on {} (port {})", snap->listener(ls->address)->name, ls->address, ls->bound_port);
+  }
+  for (auto it = listeners_.begin(); it != listeners_.end();) {
+    if (snap->listener(it->first) == nullptr) {
+      SG_LOG_INFO("no longer listening on {}", it->first);
+      stop_listener(it->second);
+      it = listeners_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  stats_.reloads_ok.fetch_add(1, std::memory_order_relaxed);
+  stats_.last_reload_success_unix.store(static_cast<int64_t>(std::time(nullptr)), std::memory_order_relaxed);
+  return "";
+}
+
+void Gateway::begin_drain() {
+  std::lock_guard lk(control_mu_);
+  if (draining_.exchange(true, std::memory_order_acq_rel)) return;
+  for (auto& [addr, ls] : listeners_) stop_listener(ls);
+  listeners_.clear();
+  // Idle keep-alive connections are closed now; busy ones finish their response (sent
+  // with Connection: close) and close.
+  std::lock_guard sk(sessions_mu_);
+  for (auto& e : sessions_) {
+    int expected = SessionEntry::kIdle;
+    if (e->state.compare_exchange_strong(expected, SessionEntry::kClosing) && e->task.valid()) e->task.cancel();
+  }
+}
+
+bool Gateway::wait_drained(std::chrono::milliseconds timeout) {
+  std::unique_lock lk(sessions_mu_);
+  return sessions_cv_.wait_for(lk, timeout, [&] { return sessions_.empty(); });
+}
+
+void Gateway::abort_sessions() {
+  std::lock_guard lk(sessions_mu_);
+  for (auto& e : sessions_) {
+    e->state.store(SessionEntry::kClosing);
+    if (e->task.valid()) e->task.cancel();
+  }
+}
+
+std::size_t Gateway::active_sessions() const {
+  std::lock_guard lk(sessions_mu_);
+  return sessions_.size();
+}
+
+std::vector<std::pair<std::string, uint16_t>> Gateway::bound_listeners() const {
+  std::lock_guard lk(control_mu_);
+  std::vector<std::pair<std::string, uint16_t>> out;
+  for (const auto& [addr, ls] : listeners_) out.emplace_back(addr, ls->bound_port);
+  return out;
+}
+
+std::vector<std::shared_ptr<ListenerState>> Gateway::listener_states() const {
+  std::lock_guard lk(control_mu_);
+  std::vector<std::shared_ptr<ListenerState>> out;
+  for (const auto& [addr, ls] : listeners_) out.push_back(ls);
+  return out;
+}
+
+std::shared_ptr<SessionEntry> Gateway::register_session() {
+  auto e = std::make_shared<SessionEntry>();
+  std::lock_guard lk(sessions_mu_);
+  if (draining()) e->state.store(SessionEntry::kClosing);
+  sessions_.push_back(e);
+  return e;
+}
+
+void Gateway::attach_session_task(const std::shared_ptr<SessionEntry>& e, exec::JoinHandle<void> task) {
+  std::lock_guard lk(sessions_mu_);
+  // Only while still registered: a session that already ended needs no handle.
+  for (auto& s : sessions_) {
+    if (s == e) {
+      e->task = std::move(task);
+      if (e->state.load() == SessionEntry::kClosing) e->task.cancel();
+      return;
+    }
+  }
+}
+
+void Gateway::unregister_session(const std::shared_ptr<SessionEntry>& e) {
+  exec::JoinHandle<void> drop;
+  {
+    std::lock_guard lk(sessions_mu_);
+    sessions_.remove(e);
+    drop = std::move(e->task);
+    if (sessions_.empty()) sessions_cv_.notify_all();
+  }
+  // The handle (our own task's) is released outside the lock.
+}
+
+}  // namespace sg::proxy

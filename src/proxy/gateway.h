@@ -1,0 +1,125 @@
+// The gateway: listeners, the current configuration snapshot, admission, sessions.
+//
+// A Snapshot is everything a request needs from the configuration, built once per
+// (re)load: compiled routes, clusters (endpoints carried over when unchanged), admission
+// semaphores, statistics handles. Requests take the current snapshot when they start and
+// keep it to the end, so a reload never changes a request in flight; keep-alive
+// connections use the new snapshot for their next request.
+//
+// Reload order (control thread): resolve + build the new snapshot (any failure leaves the
+// old one serving) -> bind listeners that are new -> publish the snapshot -> stop
+// listeners that were removed. Listeners whose address is unchanged keep their socket.
+//
+// Drain (SIGTERM): stop accepting, cancel idle keep-alive sessions, let busy ones finish
+// their response (sent with Connection: close), wait up to drain_timeout.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <optional>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "config/schema.h"
+#include "exec/notify.h"
+#include "exec/runtime.h"
+#include "exec/semaphore.h"
+#include "io/reactor.h"
+#include "io/tcp.h"
+#include "proxy/stats.h"
+#include "routing/route_table.h"
+#include "upstream/cluster.h"
+
+namespace sg::proxy {
+
+struct Snapshot {
+  std::shared_ptr<const config::Config> config;
+  std::vector<std::shared_ptr<upstream::Cluster>> clusters;
+  routing::RouteTable routes;
+  std::vector<std::shared_ptr<RouteStats>> route_stats;         // by route index
+  std::shared_ptr<RouteStats> unrouted_stats;                   // requests no route matched
+  std::shared_ptr<exec::Semaphore> global_limit;                // null = unlimited
+  std::vector<std::shared_ptr<exec::Semaphore>> route_limits;   // by route index, null = none
+  std::map<std::string, std::shared_ptr<exec::Semaphore>> cluster_limits;
+  std::map<std::string, const config::ListenerSection*> listeners_by_address;
+
+  const config::ListenerSection* listener(const std::string& address) const;
+};
+
+struct ListenerState {
+  std::string address;  // host:port as configured (identity across reloads)
+  std::optional<io::TcpListener> listener;
+  uint16_t bound_port = 0;
+  exec::JoinHandle<void> accept_task;
+  std::atomic<bool> stopping{false};
+  exec::Notify slot_freed;  // a connection closed (for on_max_connections: backlog)
+  ListenerStats stats;
+};
+
+// One live downstream connection, registered so that drain can close idle ones.
+struct SessionEntry {
+  enum State : int { kIdle = 0, kBusy = 1, kClosing = 2 };
+  std::atomic<int> state{kIdle};
+  exec::JoinHandle<void> task;  // set under the registry lock after spawning
+};
+
+class Gateway {
+ public:
+  explicit Gateway(io::Runtime& rt);
+  ~Gateway();
+  Gateway(const Gateway&) = delete;
+  Gateway& operator=(const Gateway&) = delete;
+
+  // Builds the first snapshot and binds every listener. Returns an error message or "".
+  std::string start(std::shared_ptr<const config::Config> cfg);
+  // Applies a validated configuration; on error the previous one keeps serving.
+  std::string reload(std::shared_ptr<const config::Config> cfg);
+  // Graceful shutdown, first half: stop accepting, close idle connections.
+  void begin_drain();
+  // Waits until no session is left, or the timeout passes; true when drained.
+  bool wait_drained(std::chrono::milliseconds timeout);
+  // Cancels every remaining session (forced shutdown).
+  void abort_sessions();
+
+  std::shared_ptr<const Snapshot> snapshot() const { return snap_.load(std::memory_order_acquire); }
+  bool draining() const { return draining_.load(std::memory_order_acquire); }
+  bool ready() const { return ready_.load(std::memory_order_acquire) && !draining(); }
+  GatewayStats& stats() { return stats_; }
+  io::Runtime& runtime() { return rt_; }
+  std::size_t active_sessions() const;
+  // Bound ports by listener address (for tests and logs; port 0 in the config = picked).
+  std::vector<std::pair<std::string, uint16_t>> bound_listeners() const;
+  std::vector<std::shared_ptr<ListenerState>> listener_states() const;
+
+  // Session registry (used by the accept loop and sessions).
+  std::shared_ptr<SessionEntry> register_session();
+  void attach_session_task(const std::shared_ptr<SessionEntry>& e, exec::JoinHandle<void> task);
+  void unregister_session(const std::shared_ptr<SessionEntry>& e);
+
+ private:
+  std::string build_snapshot(std::shared_ptr<const config::Config> cfg, std::shared_ptr<Snapshot>& out);
+  std::string bind_listener(const config::ListenerSection& l, std::shared_ptr<ListenerState>& out);
+  void start_accepting(const std::shared_ptr<ListenerState>& ls);
+  void stop_listener(const std::shared_ptr<ListenerState>& ls);
+
+  io::Runtime& rt_;
+  std::atomic<std::shared_ptr<const Snapshot>> snap_;
+  std::atomic<bool> draining_{false};
+  std::atomic<bool> ready_{false};
+  GatewayStats stats_;
+
+  mutable std::mutex control_mu_;  // start/reload/drain (control thread operations)
+  std::map<std::string, std::shared_ptr<ListenerState>> listeners_;  // by address
+  std::map<std::string, std::shared_ptr<RouteStats>> route_stats_;   // by route name, kept across reloads
+
+  mutable std::mutex sessions_mu_;
+  std::list<std::shared_ptr<SessionEntry>> sessions_;
+  std::condition_variable sessions_cv_;
+};
+
+}  // namespace sg::proxy

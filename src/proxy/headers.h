@@ -1,0 +1,46 @@
+// Header handling at the proxy boundary (RFC 9110 §7.6): what is forwarded upstream and
+// what is returned to the client. Hop-by-hop fields are removed (Connection and every
+// field it names, Keep-Alive, Proxy-Connection, TE, Transfer-Encoding, Upgrade, Trailer,
+// Proxy-Authenticate, Proxy-Authorization) before stealgate adds its own, and framing is
+// always the one stealgate produces.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "config/schema.h"
+#include "http/message.h"
+
+namespace sg::proxy {
+
+struct ForwardInfo {
+  std::string_view client_ip;
+  std::string_view request_id;
+  std::string_view proto = "http";
+  bool upgrade = false;  // forwarding an Upgrade request: keep Upgrade + Connection: upgrade
+};
+
+// Removes hop-by-hop fields (and those named by Connection, except fields stealgate owns:
+// Host, Content-Length, X-Forwarded-*, X-Request-Id, Via).
+void strip_hop_by_hop(http::HeaderMap& h);
+
+// The header section for the upstream request (framing fields included).
+http::HeaderMap upstream_request_headers(const http::RequestHead& req, const config::RouteSection* route,
+                                         const ForwardInfo& info);
+
+// The header section for the client response. `chunked_to_client` says how stealgate
+// frames the body it sends; `close` adds Connection: close.
+http::HeaderMap client_response_headers(const http::ResponseHead& resp, const config::RouteSection* route,
+                                        bool chunked_to_client, bool close, bool upgrade);
+
+// Applies route header operations: remove, then set, then add.
+void apply_header_ops(http::HeaderMap& h, const config::HeaderOps& ops);
+
+// A request id: the client's when it is sane (printable, at most 128 bytes), else a new
+// random one (32 hex digits).
+std::string request_id_for(const http::RequestHead& req);
+
+// GET, HEAD, OPTIONS, TRACE, PUT, DELETE (RFC 9110 §9.2.2).
+bool is_idempotent(std::string_view method);
+
+}  // namespace sg::proxy

@@ -1,0 +1,327 @@
+// The downstream side: the keep-alive loop of a connection, and what happens to each
+// request before and after the upstream exchange (routing, local replies, admission,
+// access log, metrics).
+#include "proxy/session.h"
+
+#include <cerrno>
+
+#include "common/log.h"
+#include "http/serialize.h"
+#include "io/wait.h"
+#include "proxy/exchange.h"
+#include "proxy/headers.h"
+#include "proxy/local_reply.h"
+
+namespace sg::proxy {
+
+namespace {
+
+using namespace std::chrono_literals;
+
+http::ParserLimits parser_limits(const config::ListenerSection& l) {
+  http::ParserLimits p;
+  p.max_target_bytes = l.max_target_bytes;
+  p.max_header_bytes = l.max_header_bytes;
+  p.max_headers = l.max_headers;
+  p.max_body_bytes = l.max_body_bytes;
+  return p;
+}
+
+std::string endpoint_text(const io::tcp::endpoint& ep) {
+  std::string ip = ep.address().to_string();
+  return ep.address().is_v6() ? "[" + ip + "]:" + std::to_string(ep.port()) : ip + ":" + std::to_string(ep.port());
+}
+
+void write_access_log(const RequestContext& c, const http::RequestHead& req, uint64_t duration_us) {
+  auto logger = log::access();
+  if (!logger) return;
+  if (log::access_json()) {
+    logger->info(
+        R"("client":{},"method":{},"target":{},"route":{},"cluster":{},"endpoint":{},"status":{},"bytes_in":{},"bytes_out":{},"duration_ms":{:.3f},"attempts":{},"request_id":{}{}}})",
+        log::json_quote(c.client), log::json_quote(req.method), log::json_quote(req.target),
+        log::json_quote(c.route), log::json_quote(c.cluster), log::json_quote(c.endpoint), c.status, c.bytes_in,
+        c.bytes_out, static_cast<double>(duration_us) / 1000.0, c.attempts, log::json_quote(c.request_id),
+        c.note.empty() ? std::string() : ",\"note\":" + log::json_quote(c.note));
+  } else {
+    logger->info("{} \"{} {} HTTP/1.{}\" {} {} route={} cluster={} endpoint={} {:.3f}ms attempts={} id={}{}{}",
+                 c.client, req.method, req.target, req.version_minor, c.status, c.bytes_out,
+                 c.route, c.cluster, c.endpoint, static_cast<double>(duration_us) / 1000.0, c.attempts, c.request_id,
+                 c.note.empty() ? "" : " note=\"", c.note.empty() ? "" : c.note + "\"");
+  }
+}
+
+// Waits in an admission queue while watching the client: a client that disconnects while
+// queued leaves the queue (its wait ends as a timeout that the caller recognises).
+class QueueWait final : public exec::WaitTimeout {
+ public:
+  QueueWait(asio::io_context& ctx, io::Deadline dl, io::TcpStream& client)
+      : timer_(ctx.get_executor(), dl.at), client_(client) {}
+  void arm(exec::Waker w) override {
+    timer_.async_wait(io::WaitHandler(w.clone(), io::kTagTimer));
+    client_.socket().async_wait(asio::socket_base::wait_read, io::WaitHandler(std::move(w), io::kTagReady));
+  }
+  void cancel() override { timer_.cancel(); }
+
+ private:
+  io::SteadyTimer timer_;
+  io::TcpStream& client_;
+};
+
+enum class Admit { kAdmitted, kQueueFull, kTimeout, kClientGone };
+
+// Takes a permit from `sem` (if any), waiting in its queue until `queue_timeout`.
+exec::Task<Admit> admit(exec::Semaphore* sem, exec::Semaphore::Permit& permit, asio::io_context& ioc,
+                        io::TcpStream& client, io::Clock::duration queue_timeout, AdmissionStats& st) {
+  if (sem == nullptr) co_return Admit::kAdmitted;
+  if (sem->try_acquire()) {
+    permit = exec::Semaphore::Permit(sem);
+    co_return Admit::kAdmitted;
+  }
+  auto t0 = io::Clock::now();
+  io::Deadline dl{t0 + queue_timeout};
+  bool watch_client = true;
+  st.queued.fetch_add(1, std::memory_order_relaxed);
+  Admit out = Admit::kTimeout;
+  for (;;) {
+    exec::AcquireStatus s;
+    if (watch_client) {
+      QueueWait w(ioc, dl, client);
+      s = co_await sem->acquire(&w);
+    } else {
+      io::DeadlineTimeout w(ioc, dl);
+      s = co_await sem->acquire(&w);
+    }
+    if (s == exec::AcquireStatus::kAcquired) {
+      permit = exec::Semaphore::Permit(sem);
+      out = Admit::kAdmitted;
+      break;
+    }
+    if (s == exec::AcquireStatus::kQueueFull) {
+      out = Admit::kQueueFull;
+      break;
+    }
+    if (dl.expired()) break;  // queue timeout
+    // Woken early: the client closed, or sent more bytes (pipelining): keep waiting.
+    if (client.peer_closed()) {
+      out = Admit::kClientGone;
+      break;
+    }
+    watch_client = false;
+  }
+  st.queued.fetch_sub(1, std::memory_order_relaxed);
+  st.wait.observe(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(io::Clock::now() - t0).count()));
+  co_return out;
+}
+
+struct Handled {
+  bool keep_alive = false;
+};
+
+exec::Task<Handled> handle_request(Gateway& gw, const std::shared_ptr<const Snapshot>& snap,
+                                   const config::ListenerSection& lcfg, io::TcpStream& client,
+                                   http::MessageReader& reader, RequestContext& ctx) {
+  http::RequestHead& req = reader.parser().request();
+  GatewayStats& gs = gw.stats();
+  gs.downstream_requests.fetch_add(1, std::memory_order_relaxed);
+  ctx.request_id = request_id_for(req);
+
+  const bool has_body = req.body != http::BodyKind::kNone;
+  auto local = [&](LocalReply lr, std::string note) -> exec::Task<Handled> {
+    lr.minor = 1;
+    lr.head = req.is_head();
+    // The unread request body makes the connection unusable: close after replying.
+    lr.close = lr.close || has_body || !req.keep_alive || req.is_http10() || gw.draining();
+    ctx.status = lr.status;
+    ctx.note = std::move(note);
+    if (!lr.head) ctx.bytes_out = lr.body.size();
+    gs.local_replies.fetch_add(1, std::memory_order_relaxed);
+    bool ok = co_await send_local(client, render_local_reply(lr), lcfg);
+    co_return Handled{ok && !lr.close};
+  };
+
+  const routing::CompiledRoute* route = snap->routes.match(req, lcfg.name);
+  if (route == nullptr) co_return co_await local(LocalReply{404, "", {}, false, false, 1}, "no route");
+  ctx.route = route->cfg->name;
+  ctx.route_index = static_cast<int>(route->index);
+  const config::RouteSection& r = *route->cfg;
+
+  if (r.direct_response) {
+    LocalReply lr;
+    lr.status = r.direct_response->status;
+    lr.body = r.direct_response->body;
+    lr.headers = r.direct_response->headers;
+    co_return co_await local(std::move(lr), "");
+  }
+  if (r.redirect) {
+    LocalReply lr;
+    lr.status = r.redirect->status;
+    lr.headers.emplace_back("Location", r.redirect->location);
+    co_return co_await local(std::move(lr), "");
+  }
+
+  // Admission: global, then route, then cluster. Rejections never touch an upstream.
+  asio::io_context& ioc = gw.runtime().context();
+  const auto& lim = snap->config->limits;
+  AdmissionStats& ast = gs.admission;
+  exec::Semaphore::Permit global, per_route, per_cluster;
+  struct Level {
+    exec::Semaphore* sem;
+    exec::Semaphore::Permit* permit;
+    Scope scope;
+  };
+  auto cl_it = snap->cluster_limits.find(route->cluster->name());
+  Level levels[] = {
+      {snap->global_limit.get(), &global, Scope::kGlobal},
+      {snap->route_limits[route->index].get(), &per_route, Scope::kRoute},
+      {cl_it == snap->cluster_limits.end() ? nullptr : cl_it->second.get(), &per_cluster, Scope::kCluster},
+  };
+  for (const Level& lv : levels) {
+    Admit a = co_await admit(lv.sem, *lv.permit, ioc, client, lim.queue_timeout, ast);
+    if (a == Admit::kAdmitted) continue;
+    if (a == Admit::kClientGone) {
+      ctx.note = "client closed while queued";
+      co_return Handled{false};
+    }
+    ast.reject(lv.scope, a == Admit::kQueueFull ? RejectReason::kQueueFull : RejectReason::kQueueTimeout);
+    LocalReply lr;
+    lr.status = 503;
+    lr.headers.emplace_back("Retry-After", std::to_string(lim.retry_after_seconds));
+    co_return co_await local(std::move(lr), a == Admit::kQueueFull ? "admission queue full" : "admission queue timeout");
+  }
+
+  Downstream down{client, reader, lcfg, gw.draining()};
+  ForwardResult fr = co_await forward(gw, *snap, *route, down, ctx);
+  co_return Handled{fr.client_reusable};
+}
+
+}  // namespace
+
+exec::Task<void> serve_connection(Gateway& gw, std::shared_ptr<ListenerState> ls, std::shared_ptr<SessionEntry> entry,
+                                  io::TcpStream client) {
+  struct Leave {
+    Gateway& gw;
+    std::shared_ptr<ListenerState>& ls;
+    std::shared_ptr<SessionEntry>& entry;
+    ~Leave() {
+      ls->stats.connections_active.fetch_sub(1, std::memory_order_relaxed);
+      ls->slot_freed.notify_one();
+      gw.unregister_session(entry);
+    }
+  } leave{gw, ls, entry};
+
+  client.set_nodelay(true);
+  std::string peer = endpoint_text(client.remote_endpoint());
+  std::string peer_ip = peer.substr(0, peer.rfind(':'));
+  if (!peer_ip.empty() && peer_ip.front() == '[') peer_ip = peer_ip.substr(1, peer_ip.size() - 2);
+
+  std::shared_ptr<const Snapshot> snap = gw.snapshot();
+  const config::ListenerSection* lcfg = snap->listener(ls->address);
+  if (lcfg == nullptr) co_return;  // the listener was removed by a reload meanwhile
+  http::MessageReader reader(client, http::Parser::Mode::kRequest, parser_limits(*lcfg));
+
+  for (bool first = true;; first = false) {
+    io::Deadline first_byte = io::Deadline::after(first ? lcfg->header_timeout : lcfg->idle_timeout);
+    http::HeadRead hr = co_await reader.read_head(first_byte, lcfg->header_timeout);
+    int expected = SessionEntry::kIdle;
+    if (!entry->state.compare_exchange_strong(expected, SessionEntry::kBusy)) break;  // drain closed us
+
+    RequestContext ctx;
+    ctx.start = std::chrono::steady_clock::now();
+    ctx.client = peer;
+    ctx.client_ip = peer_ip;
+    if (hr.status != http::ReadStatus::kOk) {
+      int status = 0;
+      if (hr.status == http::ReadStatus::kParseError) status = reader.parser().error_status();
+      if (hr.status == http::ReadStatus::kTimeout && hr.partial) status = 408;  // slowloris
+      if (status != 0) {
+        LocalReply lr;
+        lr.status = status;
+        lr.close = true;
+        ctx.status = status;
+        ctx.note = status == 408 ? "request header timeout" : reader.parser().error_detail();
+        gw.stats().local_replies.fetch_add(1, std::memory_order_relaxed);
+        co_await send_local(client, render_local_reply(lr), *lcfg);
+        snap->unrouted_stats->count("OTHER", status, 0);
+        if (auto l = log::access()) {
+          if (log::access_json()) {
+            l->info(R"("client":{},"status":{},"note":{}}})", log::json_quote(peer), status, log::json_quote(ctx.note));
+          } else {
+            l->info("{} \"-\" {} 0 note=\"{}\"", peer, status, ctx.note);
+          }
+        }
+      }
+      break;
+    }
+
+    // The snapshot current when the request arrived serves it to the end.
+    snap = gw.snapshot();
+    if (const config::ListenerSection* now = snap->listener(ls->address)) lcfg = now;
+    Handled h = co_await handle_request(gw, snap, *lcfg, client, reader, ctx);
+
+    uint64_t dur_ns = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - ctx.start).count());
+    const http::RequestHead& req = reader.parser().request();
+    RouteStats& rs = ctx.route_index >= 0 ? *snap->route_stats[static_cast<std::size_t>(ctx.route_index)]
+                                          : *snap->unrouted_stats;
+    rs.count(req.method, ctx.status, dur_ns);
+    write_access_log(ctx, req, dur_ns / 1000);
+
+    if (!h.keep_alive || gw.draining()) break;
+    entry->state.store(SessionEntry::kIdle, std::memory_order_release);
+  }
+  client.close();
+}
+
+exec::Task<void> accept_loop(Gateway& gw, std::shared_ptr<ListenerState> ls) {
+  int backoff_ms = 10;
+  for (;;) {
+    std::shared_ptr<const Snapshot> snap = gw.snapshot();
+    const config::ListenerSection* lcfg = snap->listener(ls->address);
+    std::size_t max_conn = lcfg != nullptr ? lcfg->max_connections : 10000;
+    bool backlog_mode = lcfg != nullptr && lcfg->on_max_connections == config::OverflowAction::kBacklog;
+    if (backlog_mode && static_cast<std::size_t>(ls->stats.connections_active.load()) >= max_conn) {
+      // Leave excess connections in the kernel backlog until a slot frees up.
+      co_await ls->slot_freed.notified();
+      continue;
+    }
+    auto conn = co_await ls->listener->accept();
+    if (ls->stopping.load(std::memory_order_acquire)) co_return;
+    if (!conn.ok()) {
+      std::error_code ec = conn.error();
+      ls->stats.accept_errors.fetch_add(1, std::memory_order_relaxed);
+      if (ec.value() == EMFILE || ec.value() == ENFILE || ec.value() == ENOBUFS || ec.value() == ENOMEM) {
+        // Out of descriptors/memory: back off (existing connections keep being served).
+        SG_LOG_WARN("listener {}: accept failed: {}; retrying in {}ms", ls->address, ec.message(), backoff_ms);
+        co_await io::sleep_for(std::chrono::milliseconds(backoff_ms));
+        backoff_ms = std::min(backoff_ms * 2, 1000);
+      } else {
+        SG_LOG_WARN("listener {}: accept failed: {}", ls->address, ec.message());
+      }
+      continue;
+    }
+    backoff_ms = 10;
+    io::TcpStream s = std::move(*conn);
+    ls->stats.connections_total.fetch_add(1, std::memory_order_relaxed);
+    if (static_cast<std::size_t>(ls->stats.connections_active.load()) >= max_conn) {
+      ls->stats.rejected_max_connections.fetch_add(1, std::memory_order_relaxed);
+      // Over the connection limit: a quick 503 and close, off the accept loop.
+      std::shared_ptr<ListenerState> keep = ls;
+      exec::spawn_detached([s = std::move(s), lcfg, keep]() mutable -> exec::Task<void> {
+        LocalReply lr;
+        lr.status = 503;
+        lr.close = true;
+        lr.headers.emplace_back("Retry-After", "1");
+        co_await s.write_all(render_local_reply(lr), io::Deadline::after(1s));
+        s.shutdown_write();
+        s.close();
+      });
+      continue;
+    }
+    ls->stats.connections_active.fetch_add(1, std::memory_order_relaxed);
+    auto entry = gw.register_session();
+    auto handle = exec::spawn(serve_connection(gw, ls, entry, std::move(s)));
+    gw.attach_session_task(entry, std::move(handle));
+  }
+}
+
+}  // namespace sg::proxy

@@ -1,0 +1,18 @@
+// One downstream connection, from accept to close.
+#pragma once
+
+#include <memory>
+
+#include "exec/coro.h"
+#include "io/tcp.h"
+#include "proxy/gateway.h"
+
+namespace sg::proxy {
+
+exec::Task<void> serve_connection(Gateway& gw, std::shared_ptr<ListenerState> ls, std::shared_ptr<SessionEntry> entry,
+                                  io::TcpStream client);
+
+// Accept loop of one listener (spawned by the Gateway).
+exec::Task<void> accept_loop(Gateway& gw, std::shared_ptr<ListenerState> ls);
+
+}  // namespace sg::proxy

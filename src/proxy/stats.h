@@ -1,0 +1,71 @@
+// Gateway statistics: plain atomics bumped on the data path (no lock, no map lookup per
+// request: every handle is resolved when a snapshot is built) and read by the Prometheus
+// collector at scrape time. Label sets are bounded: configured route/cluster/listener
+// names, a fixed method list, status classes.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace sg::proxy {
+
+inline constexpr std::array<std::string_view, 9> kMethods = {"GET", "HEAD", "POST", "PUT", "DELETE",
+                                                             "PATCH", "OPTIONS", "TRACE", "OTHER"};
+std::size_t method_index(std::string_view m);
+
+// Histogram buckets (seconds) shared by request-duration and admission-wait histograms.
+inline constexpr std::array<double, 14> kLatencyBuckets = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                                           0.1,    0.25,  0.5,    1.0,   2.5,   5.0,  10.0};
+
+struct AtomicHistogram {
+  std::array<std::atomic<uint64_t>, kLatencyBuckets.size() + 1> buckets{};  // last = +Inf
+  std::atomic<uint64_t> count{0};
+  std::atomic<uint64_t> sum_ns{0};
+  void observe(uint64_t ns);
+};
+
+struct RouteStats {
+  explicit RouteStats(std::string n) : name(std::move(n)) {}
+  std::string name;
+  // [method][status class 1..5]; class 0 = no response sent (client went away).
+  std::array<std::array<std::atomic<uint64_t>, 6>, kMethods.size()> requests{};
+  AtomicHistogram duration;
+  void count(std::string_view method, int status, uint64_t duration_ns);
+};
+
+struct ListenerStats {
+  std::atomic<uint64_t> connections_total{0};
+  std::atomic<int64_t> connections_active{0};
+  std::atomic<uint64_t> rejected_max_connections{0};
+  std::atomic<uint64_t> accept_errors{0};
+};
+
+enum class RejectReason : uint8_t { kQueueFull = 0, kQueueTimeout = 1, kShed = 2 };
+enum class Scope : uint8_t { kGlobal = 0, kRoute = 1, kCluster = 2 };
+
+struct AdmissionStats {
+  std::atomic<int64_t> in_flight{0};
+  std::atomic<int64_t> queued{0};
+  std::array<std::array<std::atomic<uint64_t>, 3>, 3> rejected{};  // [scope][reason]
+  AtomicHistogram wait;
+  void reject(Scope s, RejectReason r) {
+    rejected[static_cast<std::size_t>(s)][static_cast<std::size_t>(r)].fetch_add(1, std::memory_order_relaxed);
+  }
+};
+
+struct GatewayStats {
+  std::atomic<uint64_t> reloads_ok{0};
+  std::atomic<uint64_t> reloads_failed{0};
+  std::atomic<int64_t> last_reload_success_unix{0};
+  std::atomic<uint64_t> downstream_requests{0};
+  std::atomic<uint64_t> local_replies{0};
+  std::atomic<uint64_t> upstream_requests{0};
+  std::atomic<uint64_t> upstream_connect_errors{0};
+  std::atomic<uint64_t> upstream_timeouts{0};
+  AdmissionStats admission;
+};
+
+}  // namespace sg::proxy

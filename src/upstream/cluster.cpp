@@ -1,0 +1,114 @@
+#include "upstream/cluster.h"
+
+#include <netdb.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace sg::upstream {
+
+Result<io::tcp::endpoint> resolve(const config::Address& a, std::string& error) {
+  std::error_code ec;
+  auto ip = asio::ip::make_address(a.host, ec);
+  if (!ec) return io::tcp::endpoint(ip, a.port);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  int rc = ::getaddrinfo(a.host.c_str(), nullptr, &hints, &res);
+  if (rc != 0 || res == nullptr) {
+    error = "cannot resolve \"" + a.host + "\": " + gai_strerror(rc);
+    return std::make_error_code(std::errc::host_unreachable);
+  }
+  io::tcp::endpoint ep;
+  if (res->ai_family == AF_INET) {
+    sockaddr_in sin;
+    std::memcpy(&sin, res->ai_addr, sizeof(sin));
+    ep = io::tcp::endpoint(asio::ip::address_v4(ntohl(sin.sin_addr.s_addr)), a.port);
+  } else {
+    sockaddr_in6 sin6;
+    std::memcpy(&sin6, res->ai_addr, sizeof(sin6));
+    asio::ip::address_v6::bytes_type b;
+    std::memcpy(b.data(), &sin6.sin6_addr, 16);
+    ep = io::tcp::endpoint(asio::ip::address_v6(b), a.port);
+  }
+  ::freeaddrinfo(res);
+  return ep;
+}
+
+Cluster::Cluster(config::ClusterSection cfg, std::vector<std::shared_ptr<Endpoint>> eps,
+                 std::shared_ptr<ClusterStats> stats)
+    : cfg_(std::move(cfg)), endpoints_(std::move(eps)), stats_(std::move(stats)) {
+  std::vector<uint32_t> weights;
+  std::vector<std::string> names;
+  for (const auto& e : endpoints_) {
+    weights.push_back(e->weight());
+    names.push_back(e->name());
+  }
+  lb_ = make_load_balancer(
+      cfg_.lb, weights, [this](int i) { return endpoints_[static_cast<std::size_t>(i)]->active.load(std::memory_order_relaxed); },
+      names);
+}
+
+Result<std::shared_ptr<Cluster>> Cluster::build(const config::ClusterSection& cfg, const Cluster* previous,
+                                                std::string& error) {
+  std::vector<std::shared_ptr<Endpoint>> eps;
+  PoolOptions pool{cfg.max_idle_per_endpoint, cfg.idle_timeout};
+  for (const auto& e : cfg.endpoints) {
+    auto addr = resolve(e.address, error);
+    if (!addr.ok()) {
+      error = "cluster \"" + cfg.name + "\" endpoint " + e.address.text() + ": " + error;
+      return addr.error();
+    }
+    std::shared_ptr<Endpoint> reuse;
+    if (previous != nullptr && previous->cfg_.max_idle_per_endpoint == cfg.max_idle_per_endpoint &&
+        previous->cfg_.idle_timeout == cfg.idle_timeout) {
+      for (const auto& p : previous->endpoints_) {
+        if (p->name() == e.address.text() && p->address() == *addr && p->weight() == e.weight) reuse = p;
+      }
+    }
+    eps.push_back(reuse ? reuse : std::make_shared<Endpoint>(e.address.text(), *addr, e.weight, pool));
+  }
+  auto stats = previous != nullptr ? previous->stats_ : std::make_shared<ClusterStats>();
+  return std::shared_ptr<Cluster>(new Cluster(cfg, std::move(eps), std::move(stats)));
+}
+
+Endpoint* Cluster::pick(const PickContext& ctx, int* index) {
+  int64_t now = steady_now_ms();
+  int i = lb_->pick(ctx, [&](int k) { return endpoints_[static_cast<std::size_t>(k)]->available(now); });
+  if (i < 0) {
+    stats_->no_healthy_endpoint.fetch_add(1, std::memory_order_relaxed);
+    return nullptr;
+  }
+  if (index != nullptr) *index = i;
+  return endpoints_[static_cast<std::size_t>(i)].get();
+}
+
+void Cluster::record_success(Endpoint& e) { e.consecutive_failures.store(0, std::memory_order_relaxed); }
+
+void Cluster::record_failure(Endpoint& e) {
+  const auto& od = cfg_.outlier;
+  if (od.consecutive_failures == 0) return;
+  uint32_t n = e.consecutive_failures.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (n < od.consecutive_failures) return;
+  int64_t now = steady_now_ms();
+  if (e.ejected(now)) return;
+  // Never eject more than max_ejection_percent of the cluster (at least one stays in).
+  std::size_t ejected = 0;
+  for (const auto& p : endpoints_) ejected += p->ejected(now) ? 1 : 0;
+  if ((ejected + 1) * 100 > od.max_ejection_percent * endpoints_.size()) return;
+  // Each ejection of the same endpoint lasts longer: base * 2^(count), capped.
+  uint32_t count = e.ejection_count.fetch_add(1, std::memory_order_relaxed);
+  int64_t ms = od.base_ejection_time.count() << std::min<uint32_t>(count, 16);
+  ms = std::min<int64_t>(ms, od.max_ejection_time.count());
+  e.ejected_until_ms.store(now + ms, std::memory_order_relaxed);
+  e.consecutive_failures.store(0, std::memory_order_relaxed);
+}
+
+std::size_t Cluster::healthy_count() const {
+  int64_t now = steady_now_ms();
+  return static_cast<std::size_t>(std::count_if(endpoints_.begin(), endpoints_.end(),
+                                                [&](const auto& e) { return e->available(now); }));
+}
+
+}  // namespace sg::upstream

@@ -1,0 +1,63 @@
+// A cluster: the endpoints of one config snapshot, their load balancer, and passive
+// outlier detection. Endpoint objects (pools, health, counters) are carried over from the
+// previous snapshot's cluster of the same name when unchanged.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "config/schema.h"
+#include "upstream/endpoint.h"
+#include "upstream/load_balancer.h"
+
+namespace sg::upstream {
+
+struct ClusterStats {
+  std::atomic<uint64_t> requests{0};
+  std::atomic<uint64_t> connect_errors{0};
+  std::atomic<uint64_t> timeouts{0};
+  std::atomic<uint64_t> retries{0};
+  std::atomic<uint64_t> retries_budget_exhausted{0};
+  std::atomic<int64_t> retries_in_flight{0};
+  std::atomic<uint64_t> no_healthy_endpoint{0};
+  std::atomic<int64_t> active{0};
+};
+
+class Cluster {
+ public:
+  // Resolves endpoint names (blocking getaddrinfo: call it off the workers) and builds the
+  // balancer. `previous` donates unchanged endpoints. Errors name the endpoint.
+  static Result<std::shared_ptr<Cluster>> build(const config::ClusterSection& cfg, const Cluster* previous,
+                                                std::string& error);
+
+  const std::string& name() const { return cfg_.name; }
+  const config::ClusterSection& config() const { return cfg_; }
+  const std::vector<std::shared_ptr<Endpoint>>& endpoints() const { return endpoints_; }
+  ClusterStats& stats() { return *stats_; }
+
+  // The endpoint for the next request, or nullptr when none is healthy and not ejected.
+  // `ctx.exclude` (an index) is avoided when another endpoint is available.
+  Endpoint* pick(const PickContext& ctx, int* index = nullptr);
+
+  // Passive outlier detection: a 5xx or connect failure counts, any success resets.
+  void record_success(Endpoint& e);
+  void record_failure(Endpoint& e);
+
+  std::size_t healthy_count() const;
+
+ private:
+  Cluster(config::ClusterSection cfg, std::vector<std::shared_ptr<Endpoint>> eps,
+          std::shared_ptr<ClusterStats> stats);
+  config::ClusterSection cfg_;
+  std::vector<std::shared_ptr<Endpoint>> endpoints_;
+  std::unique_ptr<LoadBalancer> lb_;
+  std::shared_ptr<ClusterStats> stats_;  // shared with the next snapshot's cluster
+};
+
+// Resolves host:port to a TCP endpoint (IP literal or getaddrinfo; first IPv4/IPv6 result).
+Result<io::tcp::endpoint> resolve(const config::Address& a, std::string& error);
+
+}  // namespace sg::upstream

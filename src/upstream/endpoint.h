@@ -1,0 +1,60 @@
+// An upstream endpoint: resolved address, weight, live counters, health, keep-alive pool.
+// Shared (shared_ptr) between config snapshots while its definition is unchanged, so a
+// reload keeps warm connections and health state.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "upstream/conn_pool.h"
+
+namespace sg::upstream {
+
+struct EndpointStats {
+  std::atomic<uint64_t> requests{0};
+  std::atomic<uint64_t> connect_errors{0};
+  std::atomic<uint64_t> timeouts{0};
+  std::atomic<uint64_t> responses_5xx{0};
+};
+
+class Endpoint {
+ public:
+  Endpoint(std::string name, io::tcp::endpoint addr, uint32_t weight, PoolOptions pool)
+      : name_(std::move(name)), addr_(addr), weight_(weight), pool_(pool) {}
+
+  const std::string& name() const { return name_; }  // host:port as configured
+  const io::tcp::endpoint& address() const { return addr_; }
+  uint32_t weight() const { return weight_; }
+  ConnPool& pool() { return pool_; }
+  EndpointStats& stats() { return stats_; }
+
+  // Requests in flight to this endpoint (least_request balancing, metrics).
+  std::atomic<int64_t> active{0};
+
+  // Active health checking: false after `unhealthy_threshold` failed checks.
+  std::atomic<bool> healthy{true};
+  // Passive outlier detection.
+  std::atomic<uint32_t> consecutive_failures{0};
+  std::atomic<int64_t> ejected_until_ms{0};  // steady-clock ms; 0 = not ejected
+  std::atomic<uint32_t> ejection_count{0};
+
+  bool ejected(int64_t now_ms) const { return ejected_until_ms.load(std::memory_order_relaxed) > now_ms; }
+  bool available(int64_t now_ms) const { return healthy.load(std::memory_order_relaxed) && !ejected(now_ms); }
+
+ private:
+  std::string name_;
+  io::tcp::endpoint addr_;
+  uint32_t weight_;
+  ConnPool pool_;
+  EndpointStats stats_;
+};
+
+inline int64_t steady_now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace sg::upstream
