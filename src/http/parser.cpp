@@ -268,6 +268,7 @@ int Parser::on_headers_complete(llhttp_t* p) {
 
 int Parser::on_body(llhttp_t* p, const char* at, std::size_t n) {
   Parser* s = self(p);
+  if (n == 0) return 0;  // llhttp reports empty spans for read-until-close bodies
   s->body_total_ += n;
   if (s->mode_ == Mode::kRequest && s->limits_.max_body_bytes != 0 && s->body_total_ > s->limits_.max_body_bytes) {
     return s->fail(413, "request body larger than " + std::to_string(s->limits_.max_body_bytes) + " bytes");

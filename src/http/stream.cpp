@@ -37,7 +37,10 @@ exec::Task<HeadRead> MessageReader::read_head(io::Deadline first_byte, io::Clock
       begin_ += r.consumed;
       if (r.event == ParseEvent::kError) co_return HeadRead{ReadStatus::kParseError, {}, true};
       if (r.event == ParseEvent::kHeadDone) co_return HeadRead{ReadStatus::kOk, {}, true};
-      // kMessageDone cannot happen before kHeadDone; kNeedMore: read more.
+      // The previous (bodiless) message completed just now; the rest of the buffer is
+      // the next message: parse on.
+      if (r.event == ParseEvent::kMessageDone) continue;
+      // kNeedMore: read more.
     }
     if (begin_ == end_) begin_ = end_ = 0;
     if (!make_room()) co_return HeadRead{ReadStatus::kParseError, {}, true};  // unreachable given cap_

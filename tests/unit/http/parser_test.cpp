@@ -250,6 +250,23 @@ TEST(ResponseParser, FramingVariants) {
   EXPECT_EQ(cont.body, "x");
 }
 
+TEST(ResponseParser, EmptyFeedsProduceNoBodySpans) {
+  // Regression: llhttp reports a zero-length on_body for read-until-close bodies when fed
+  // zero bytes; a reader loop would spin on that "chunk" forever.
+  Parser p(Parser::Mode::kResponse, {});
+  std::string wire = "HTTP/1.1 200 OK\r\n\r\nabc";
+  ParseResult r = p.feed(wire);
+  ASSERT_EQ(r.event, ParseEvent::kHeadDone);
+  r = p.feed(wire.data() + r.consumed, wire.size() - r.consumed);
+  ASSERT_EQ(p.body().size(), 1u);
+  for (int i = 0; i < 3; ++i) {
+    r = p.feed(wire.data() + wire.size(), 0);
+    EXPECT_EQ(r.event, ParseEvent::kNeedMore);
+    EXPECT_TRUE(p.body().empty());
+  }
+  EXPECT_EQ(p.finish().event, ParseEvent::kMessageDone);
+}
+
 TEST(ResponseParser, MalformedUpstreamResponsesAre502) {
   EXPECT_EQ(parse_response("HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab").status, 502);
   EXPECT_EQ(parse_response("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n").status, 502);

@@ -1,0 +1,311 @@
+"""Helpers for stealgate integration tests: start the real binary and real upstream
+processes on free ports, and talk HTTP/1.1 over raw sockets.
+
+The stealgate binary comes from $STEALGATE_BIN (meson passes it). Listeners in test configs
+use port 0; the harness reads the real ports from stealgate's log lines
+("listener NAME on ADDR (port N)", "admin endpoint on ADDR (port N)").
+"""
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BIN = os.environ.get("STEALGATE_BIN", os.path.join(HERE, "..", "..", "build", "src", "stealgate"))
+
+
+class Upstream:
+    """A tests/integration/upstream.py process."""
+
+    def __init__(self, name="upstream", port=0):
+        self.name = name
+        self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "upstream.py"), "--port", str(port),
+                                      "--name", name], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        line = self.proc.stdout.readline()
+        if not line.startswith("PORT "):
+            raise RuntimeError("upstream did not start")
+        self.port = int(line.split()[1])
+
+    @property
+    def address(self):
+        return f"127.0.0.1:{self.port}"
+
+    def log(self):
+        status, _, body = request_once(self.port, "GET", "/__log")
+        return json.loads(body)
+
+    def clear_log(self):
+        request_once(self.port, "DELETE", "/__log")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def restart(self):
+        port = self.port
+        self.stop()
+        for _ in range(100):
+            try:
+                self.__init__(self.name, port)
+                return
+            except RuntimeError:
+                time.sleep(0.05)
+        raise RuntimeError("upstream could not restart")
+
+
+class Stealgate:
+    """The real stealgate binary with a YAML config written to a temp file."""
+
+    def __init__(self, config_yaml, env=None, wait_ready=True):
+        self.dir = tempfile.mkdtemp(prefix="sgtest-")
+        self.config_path = os.path.join(self.dir, "stealgate.yaml")
+        self.write_config(config_yaml)
+        self.log_lines = []
+        self.log_lock = threading.Lock()
+        self.ports = {}
+        self.admin_port = None
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        self.proc = subprocess.Popen([BIN, "--config", self.config_path], stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, env=full_env)
+        self.reader = threading.Thread(target=self._read_log, daemon=True)
+        self.reader.start()
+        if wait_ready:
+            self.wait_for(lambda: self.admin_port is not None and self.ports, 10, "stealgate did not start")
+            self.wait_for(lambda: self.admin_get("/ready")[0] == 200, 10, "stealgate not ready")
+
+    def write_config(self, yaml_text):
+        with open(self.config_path, "w") as f:
+            f.write(yaml_text)
+
+    def _read_log(self):
+        for line in self.proc.stdout:
+            with self.log_lock:
+                self.log_lines.append(line.rstrip("\n"))
+            m = re.search(r"listener (\S+) on \S+ \(port (\d+)\)", line)
+            if m:
+                self.ports[m.group(1)] = int(m.group(2))
+            m = re.search(r"admin endpoint on \S+ \(port (\d+)\)", line)
+            if m:
+                self.admin_port = int(m.group(1))
+
+    def logs(self):
+        with self.log_lock:
+            return list(self.log_lines)
+
+    def wait_for(self, cond, timeout, what):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            try:
+                if cond():
+                    return
+            except OSError:
+                pass
+            if self.proc.poll() is not None:
+                raise AssertionError(f"{what}: stealgate exited with {self.proc.returncode}\n" + "\n".join(self.logs()))
+            time.sleep(0.02)
+        raise AssertionError(f"{what}\n" + "\n".join(self.logs()))
+
+    def wait_log(self, pattern, timeout=5):
+        self.wait_for(lambda: any(re.search(pattern, l) for l in self.logs()), timeout, f"no log line /{pattern}/")
+
+    @property
+    def port(self):
+        return self.ports.get("public") or next(iter(self.ports.values()))
+
+    def admin_get(self, path):
+        return request_once(self.admin_port, "GET", path)
+
+    def metrics(self):
+        status, _, body = self.admin_get("/metrics")
+        assert status == 200
+        return body.decode()
+
+    def metric(self, name, **labels):
+        """Value of one series, or 0 if absent."""
+        text = self.metrics()
+        for line in text.splitlines():
+            if not line.startswith(name + "{") and not line.startswith(name + " "):
+                continue
+            ok = all(f'{k}="{v}"' in line for k, v in labels.items())
+            if ok and (line.startswith(name + "{") or not labels):
+                return float(line.rsplit(" ", 1)[1])
+        return 0.0
+
+    def reload(self, yaml_text=None):
+        if yaml_text is not None:
+            self.write_config(yaml_text)
+        before = len(self.logs())
+        self.proc.send_signal(signal.SIGHUP)
+        self.wait_for(lambda: any(("configuration reloaded" in l or "reload rejected" in l)
+                                  for l in self.logs()[before:]), 10, "no reload outcome logged")
+        return any("configuration reloaded" in l for l in self.logs()[before:])
+
+    def stop(self, sig=signal.SIGTERM, timeout=15):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.reader.join(2)
+        return self.proc.returncode
+
+
+# --- raw HTTP client ----------------------------------------------------------------------
+
+class Response:
+    def __init__(self, status, reason, headers, body, version):
+        self.status = status
+        self.reason = reason
+        self.headers = headers  # list of (name, value)
+        self.body = body
+        self.version = version
+
+    def header(self, name):
+        for k, v in self.headers:
+            if k.lower() == name.lower():
+                return v
+        return None
+
+    def header_all(self, name):
+        return [v for k, v in self.headers if k.lower() == name.lower()]
+
+    def json(self):
+        return json.loads(self.body)
+
+
+class Client:
+    """One TCP connection; sends raw bytes and parses responses (CL, chunked, close)."""
+
+    def __init__(self, port, timeout=10):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.buf = b""
+
+    def send(self, data):
+        self.sock.sendall(data if isinstance(data, bytes) else data.encode("latin-1"))
+
+    def _fill(self):
+        data = self.sock.recv(65536)
+        if not data:
+            raise EOFError("connection closed")
+        self.buf += data
+
+    def _until(self, marker):
+        while marker not in self.buf:
+            self._fill()
+        i = self.buf.index(marker) + len(marker)
+        out, self.buf = self.buf[:i], self.buf[i:]
+        return out
+
+    def _n(self, n):
+        while len(self.buf) < n:
+            self._fill()
+        out, self.buf = self.buf[:n], self.buf[n:]
+        return out
+
+    def read_response(self, head=False):
+        raw = self._until(b"\r\n\r\n").decode("latin-1")
+        lines = raw.split("\r\n")
+        version, status, *reason = lines[0].split(" ", 2)
+        headers = []
+        for line in lines[1:]:
+            if line:
+                k, v = line.split(":", 1)
+                headers.append((k.strip(), v.strip()))
+        status = int(status)
+        resp = Response(status, reason[0] if reason else "", headers, b"", version)
+        te = resp.header("transfer-encoding")
+        if head or status in (204, 304) or 100 <= status < 200:
+            return resp
+        if te and "chunked" in te.lower():
+            body = b""
+            while True:
+                size = int(self._until(b"\r\n").split(b";")[0].strip(), 16)
+                if size == 0:
+                    trailers = []
+                    while True:
+                        t = self._until(b"\r\n")
+                        if t == b"\r\n":
+                            break
+                        k, v = t.decode().split(":", 1)
+                        trailers.append((k.strip(), v.strip()))
+                    resp.trailers = trailers
+                    break
+                body += self._n(size)
+                self._n(2)
+            resp.body = body
+        elif resp.header("content-length") is not None:
+            resp.body = self._n(int(resp.header("content-length")))
+        else:
+            body = self.buf
+            self.buf = b""
+            while True:
+                try:
+                    data = self.sock.recv(65536)
+                except OSError:
+                    break
+                if not data:
+                    break
+                body += data
+            resp.body = body
+        return resp
+
+    def request(self, method, path, headers=None, body=b"", host="test.local"):
+        hdrs = [("Host", host)] + list(headers or [])
+        if body and not any(k.lower() in ("content-length", "transfer-encoding") for k, _ in hdrs):
+            hdrs.append(("Content-Length", str(len(body))))
+        msg = f"{method} {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in hdrs) + "\r\n"
+        self.send(msg.encode("latin-1") + (body if isinstance(body, bytes) else body.encode()))
+        return self.read_response(head=(method == "HEAD"))
+
+    def closed_by_peer(self, timeout=2):
+        """True if the server closes the connection (EOF or reset) within `timeout`."""
+        self.sock.settimeout(timeout)
+        try:
+            while True:
+                data = self.sock.recv(65536)
+                if not data:
+                    return True
+                self.buf += data
+        except (ConnectionResetError, BrokenPipeError):
+            return True
+        except socket.timeout:
+            return False
+
+    def close(self):
+        self.sock.close()
+
+
+def request_once(port, method, path, headers=None, body=b"", host="test.local"):
+    c = Client(port)
+    try:
+        r = c.request(method, path, (headers or []) + [("Connection", "close")], body, host)
+        return r.status, r.headers, r.body
+    finally:
+        c.close()
+
+
+def config(listeners=None, clusters="", routes="", extra="", admin="127.0.0.1:0", logging="access_log: { enabled: true }"):
+    """A test config: listeners default to one 'public' listener on port 0."""
+    listeners = listeners or "  - name: public\n    address: 127.0.0.1:0\n"
+    out = f"runtime:\n  worker_threads: 2\nadmin:\n  address: {admin}\nlisteners:\n{listeners}"
+    if clusters:
+        out += "clusters:\n" + clusters
+    out += "routes:\n" + routes
+    out += "logging:\n  " + logging + "\n"
+    out += extra
+    return out
+
+
+def main():
+    unittest.main(argv=[sys.argv[0]] + sys.argv[1:], verbosity=2)

@@ -1,0 +1,329 @@
+"""HTTP/1.1 proxy core: forwarding, header handling, framing, streaming, keep-alive,
+pipelining, 1xx/100-continue, upgrades, upstream faults and timeouts. Real stealgate
+binary, real upstream process, raw sockets."""
+import json
+import os
+import re
+import socket
+import sys
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import Client, Stealgate, Upstream, config, main, request_once  # noqa: E402
+
+
+def routes_for(cluster="app", timeout="2s", extra=""):
+    return f"""  - name: app
+    match: {{ path_prefix: / }}
+    cluster: {cluster}
+    timeout: {timeout}
+{extra}"""
+
+
+class ProxyTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.up = Upstream("u1")
+        cls.sg = Stealgate(config(
+            listeners="  - name: public\n    address: 127.0.0.1:0\n    header_timeout: 1s\n    idle_timeout: 2s\n"
+                      "    body_timeout: 1s\n    max_body_bytes: 1MiB\n",
+            clusters=f"  - name: app\n    endpoints: [{cls.up.address}]\n    connect_timeout: 500ms\n",
+            routes=routes_for()))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.sg.stop()
+        cls.up.stop()
+
+    def client(self):
+        return Client(self.sg.port)
+
+    def test_forwards_method_target_query_and_body(self):
+        c = self.client()
+        r = c.request("POST", "/a/b?x=1&y=%20z", [("X-Custom", "v")], body=b"payload")
+        self.assertEqual(r.status, 200)
+        info = r.json()
+        self.assertEqual(info["method"], "POST")
+        self.assertEqual(info["target"], "/a/b?x=1&y=%20z")
+        self.assertEqual(info["body"], "payload")
+        h = {k.lower(): v for k, v in info["headers"]}
+        self.assertEqual(h["host"], "test.local")
+        self.assertEqual(h["x-custom"], "v")
+        self.assertEqual(h["content-length"], "7")
+        self.assertEqual(h["x-forwarded-for"], "127.0.0.1")
+        self.assertEqual(h["x-forwarded-proto"], "http")
+        self.assertEqual(h["x-forwarded-host"], "test.local")
+        self.assertEqual(h["via"], "1.1 stealgate")
+        self.assertRegex(h["x-request-id"], r"^[0-9a-f]{32}$")
+        self.assertEqual(r.header("x-upstream"), "u1")
+        self.assertEqual(r.header("via"), "1.1 stealgate")
+        self.assertIsNotNone(r.header("date"))
+        c.close()
+
+    def test_request_id_and_forwarded_for_are_appended(self):
+        r = self.client().request("GET", "/", [("X-Request-Id", "abc-123"), ("X-Forwarded-For", "10.0.0.1"),
+                                                ("Via", "1.0 edge")])
+        h = {k.lower(): v for k, v in r.json()["headers"]}
+        self.assertEqual(h["x-request-id"], "abc-123")
+        self.assertEqual(h["x-forwarded-for"], "10.0.0.1, 127.0.0.1")
+        self.assertEqual(h["via"], "1.0 edge, 1.1 stealgate")
+
+    def test_hop_by_hop_fields_are_removed(self):
+        r = self.client().request("GET", "/", [
+            ("Connection", "keep-alive, X-Hop, Host"), ("X-Hop", "secret"), ("Keep-Alive", "timeout=5"),
+            ("TE", "trailers"), ("Proxy-Connection", "keep-alive"), ("Trailer", "X-T"), ("Upgrade", "h2c"),
+            ("Proxy-Authorization", "Basic eA=="), ("X-Kept", "yes")])
+        names = {k.lower() for k, _ in r.json()["headers"]}
+        for gone in ("connection", "x-hop", "keep-alive", "te", "proxy-connection", "trailer", "upgrade",
+                     "proxy-authorization"):
+            self.assertNotIn(gone, names)
+        self.assertIn("x-kept", names)
+        self.assertIn("host", names)  # nominating Host in Connection does not drop it
+
+    def test_chunked_request_body_is_reframed_with_trailers(self):
+        c = self.client()
+        c.send(b"POST /echo HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"
+               b"4\r\nabcd\r\n3;ext=1\r\nefg\r\n0\r\nX-Checksum: 7\r\n\r\n")
+        r = c.read_response()
+        info = r.json()
+        self.assertEqual(info["body"], "abcdefg")
+        h = {k.lower(): v for k, v in info["headers"]}
+        self.assertEqual(h.get("transfer-encoding"), "chunked")
+        self.assertNotIn("content-length", h)
+        self.assertEqual(info["trailers"].get("x-checksum"), "7")
+
+    def test_chunked_response_is_relayed_with_trailers(self):
+        c = self.client()
+        r = c.request("GET", "/chunked")
+        self.assertEqual(r.status, 200)
+        self.assertEqual(r.header("transfer-encoding"), "chunked")
+        self.assertEqual(r.body, b"hello world")
+        self.assertIn(("X-Sum", "42"), getattr(r, "trailers", []))
+
+    def test_close_delimited_response_is_chunked_for_http11_and_raw_for_http10(self):
+        r = self.client().request("GET", "/close-delimited")
+        self.assertEqual(r.body, b"until close body")
+        self.assertEqual(r.header("transfer-encoding"), "chunked")
+        c = self.client()
+        c.send(b"GET /close-delimited HTTP/1.0\r\n\r\n")
+        r10 = c.read_response()
+        self.assertEqual(r10.body, b"until close body")
+        self.assertIsNone(r10.header("transfer-encoding"))
+        self.assertEqual(r10.header("connection"), "close")
+
+    def test_head_and_204_have_no_body(self):
+        c = self.client()
+        r = c.request("HEAD", "/head-me")
+        self.assertEqual(r.status, 200)
+        self.assertEqual(r.header("content-length"), "27")
+        r2 = c.request("GET", "/no-content")  # same connection: framing stayed in sync
+        self.assertEqual(r2.status, 204)
+        r3 = c.request("GET", "/head-me")
+        self.assertEqual(r3.body, b"a body of 27 bytes for GET\n")
+
+    def test_interim_responses_relayed_to_http11_only(self):
+        c = self.client()
+        c.send(b"GET /early-hints HTTP/1.1\r\nHost: h\r\n\r\n")
+        first = c.read_response()
+        self.assertEqual(first.status, 103)
+        self.assertEqual(first.header("link"), "</s.css>; rel=preload")
+        final = c.read_response()
+        self.assertEqual(final.status, 200)
+        self.assertEqual(final.body, b"after hints")
+        c10 = self.client()
+        c10.send(b"GET /early-hints HTTP/1.0\r\n\r\n")
+        self.assertEqual(c10.read_response().status, 200)  # no 103 to an HTTP/1.0 client
+
+    def test_expect_100_continue(self):
+        c = self.client()
+        c.send(b"PUT /x HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")
+        interim = c.read_response()
+        self.assertEqual(interim.status, 100)
+        c.send(b"hello")
+        final = c.read_response()
+        self.assertEqual(final.status, 200)
+        self.assertEqual(final.json()["body"], "hello")
+
+    def test_expect_rejected_by_upstream_before_body(self):
+        c = self.client()
+        c.send(b"PUT /reject-continue HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")
+        r = c.read_response()
+        self.assertEqual(r.status, 417)
+        self.assertEqual(r.header("connection"), "close")  # the body was never read
+        self.assertTrue(c.closed_by_peer())
+
+    def test_pipelined_requests_answered_in_order(self):
+        c = self.client()
+        c.send(b"GET /1 HTTP/1.1\r\nHost: h\r\n\r\nGET /slow?ms=200 HTTP/1.1\r\nHost: h\r\n\r\n"
+               b"GET /3 HTTP/1.1\r\nHost: h\r\n\r\n")
+        self.assertEqual(c.read_response().json()["target"], "/1")
+        self.assertEqual(c.read_response().body, b"slow u1\n")
+        self.assertEqual(c.read_response().json()["target"], "/3")
+
+    def test_keep_alive_client_and_pooled_upstream_connection(self):
+        c = self.client()
+        ids = [c.request("GET", f"/ka{i}").json()["conn"] for i in range(5)]
+        self.assertEqual(len(set(ids)), 1, "sequential requests should reuse one pooled upstream connection")
+
+    def test_http10_client_gets_connection_close(self):
+        c = self.client()
+        c.send(b"GET /ten HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+        r = c.read_response()
+        self.assertEqual(r.status, 200)
+        self.assertEqual(r.header("connection"), "close")
+        self.assertTrue(c.closed_by_peer())
+
+    def test_upgrade_tunnel(self):
+        c = self.client()
+        c.send(b"GET /ws HTTP/1.1\r\nHost: h\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+        r = c.read_response()
+        self.assertEqual(r.status, 101)
+        self.assertEqual(r.header("upgrade"), "websocket")
+        c.send(b"ping")
+        got = b""
+        while len(got) < len(b"echo:ping"):
+            got += c.sock.recv(100)
+        self.assertEqual(got, b"echo:ping")
+        c.send(b"again")
+        got = b""
+        while len(got) < len(b"echo:again"):
+            got += c.sock.recv(100)
+        self.assertEqual(got, b"echo:again")
+
+    def test_large_body_streams_with_bounded_memory(self):
+        # 64 MiB through a client that reads slowly: stealgate must not buffer it.
+        pid = self.sg.proc.pid
+
+        def rss_kib():
+            with open(f"/proc/{pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        return int(line.split()[1])
+            return 0
+
+        before = rss_kib()
+        c = Client(self.sg.port, timeout=30)
+        c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        c.send(b"GET /big?n=67108864 HTTP/1.1\r\nHost: h\r\n\r\n")
+        head = c._until(b"\r\n\r\n")
+        self.assertIn(b"Content-Length: 67108864", head)
+        total = len(c.buf)
+        c.buf = b""
+        peak = 0
+        while total < 64 * 1024 * 1024:
+            data = c.sock.recv(256 * 1024)
+            self.assertTrue(data)
+            total += len(data)
+            if total % (8 << 20) < len(data):
+                time.sleep(0.05)  # slow reader
+                peak = max(peak, rss_kib())
+        self.assertEqual(total, 64 * 1024 * 1024)
+        self.assertLess(peak - before, 24 * 1024, "RSS grew by more than 24 MiB while streaming 64 MiB")
+
+    def test_request_body_over_limit_is_413(self):
+        c = self.client()
+        c.send(b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 2000000\r\n\r\n")
+        r = c.read_response()
+        self.assertEqual(r.status, 413)
+        self.assertEqual(r.header("connection"), "close")
+
+    def test_slowloris_gets_408(self):
+        c = self.client()
+        c.send(b"GET / HTTP/1.1\r\nHost: h\r\n")  # never finishes the head
+        t0 = time.time()
+        r = c.read_response()
+        self.assertEqual(r.status, 408)
+        self.assertLess(time.time() - t0, 3)
+        self.assertTrue(c.closed_by_peer())
+
+    def test_idle_keepalive_connection_is_closed(self):
+        c = self.client()
+        self.assertEqual(c.request("GET", "/").status, 200)
+        t0 = time.time()
+        self.assertTrue(c.closed_by_peer(timeout=5))
+        self.assertGreater(time.time() - t0, 1.5)
+
+    def test_client_body_timeout_is_408(self):
+        c = self.client()
+        c.send(b"POST /x HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n\r\nabc")
+        r = c.read_response()
+        self.assertEqual(r.status, 408)
+
+
+class UpstreamFaultTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.up = Upstream("faulty")
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        cls.dead_port = s.getsockname()[1]
+        s.close()
+        cls.sg = Stealgate(config(
+            clusters=f"  - name: app\n    endpoints: [{cls.up.address}]\n    outlier_detection: {{ consecutive_failures: 0 }}\n"
+                     f"  - name: dead\n    endpoints: [127.0.0.1:{cls.dead_port}]\n",
+            routes="""  - name: dead
+    match: { path_prefix: /dead }
+    cluster: dead
+  - name: app
+    match: { path_prefix: / }
+    cluster: app
+    timeout: 500ms
+"""))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.sg.stop()
+        cls.up.stop()
+
+    def test_connection_refused_is_502(self):
+        status, headers, body = request_once(self.sg.port, "GET", "/dead")
+        self.assertEqual(status, 502)
+
+    def test_garbage_response_is_502(self):
+        self.assertEqual(request_once(self.sg.port, "GET", "/garbage")[0], 502)
+
+    def test_conflicting_content_length_is_502(self):
+        self.assertEqual(request_once(self.sg.port, "GET", "/conflicting-cl")[0], 502)
+
+    def test_slow_upstream_is_504(self):
+        t0 = time.time()
+        self.assertEqual(request_once(self.sg.port, "GET", "/slow?ms=3000")[0], 504)
+        self.assertLess(time.time() - t0, 2)
+
+    def test_reset_mid_body_closes_client_without_fake_completion(self):
+        c = Client(self.sg.port)
+        c.send(b"GET /reset-mid-body HTTP/1.1\r\nHost: h\r\n\r\n")
+        head = c._until(b"\r\n\r\n")
+        self.assertIn(b"Content-Length: 100", head)
+        got = c.buf
+        c.buf = b""
+        while True:
+            try:
+                data = c.sock.recv(1000)
+            except ConnectionResetError:
+                break
+            if not data:
+                break
+            got += data
+        self.assertLess(len(got), 100, "the client must not receive a complete-looking body")
+
+    def test_upstream_stall_mid_body_times_out_and_closes(self):
+        c = Client(self.sg.port)
+        c.send(b"GET /trickle?ms=3000 HTTP/1.1\r\nHost: h\r\n\r\n")
+        head = c._until(b"\r\n\r\n")
+        self.assertIn(b"200", head)
+        self.assertTrue(c.closed_by_peer(timeout=3))
+        self.assertLess(len(c.buf), 10)
+
+    def test_client_gone_abandons_upstream_exchange(self):
+        c = Client(self.sg.port)
+        c.send(b"GET /slow?ms=400 HTTP/1.1\r\nHost: h\r\n\r\n")
+        time.sleep(0.1)
+        c.close()
+        self.sg.wait_log(r"client closed while waiting for the upstream", timeout=3)
+
+
+if __name__ == "__main__":
+    main()
