@@ -68,14 +68,16 @@ int run(const app::Options& opts) {
     return 1;
   }
   std::shared_ptr<const config::Config> cfg = loaded.config;
-  log::setup(log_options(cfg->logging));
 
-  // Every thread created from here on inherits this mask; signals are taken by sigwait.
+  // Before any thread exists (the log backend is the first): every thread inherits this
+  // mask, so these signals are only ever taken by sigwait below, never delivered to a
+  // thread with the default (terminate) disposition.
   sigset_t set;
   sigemptyset(&set);
   for (int s : {SIGHUP, SIGTERM, SIGINT, SIGUSR1}) sigaddset(&set, s);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  log::setup(log_options(cfg->logging));
 
   auto rt = std::make_unique<io::Runtime>(runtime_config(cfg->runtime));
   auto gw = std::make_unique<proxy::Gateway>(*rt);

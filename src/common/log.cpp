@@ -6,7 +6,10 @@
 #include <spdlog/sinks/stdout_sinks.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <mutex>
+#include <thread>
 
 namespace sg::log {
 
@@ -28,6 +31,21 @@ class JsonMessageFlag final : public spdlog::custom_flag_formatter {
   std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<JsonMessageFlag>(); }
 };
 Options g_opts;
+
+// Flushes both loggers once a second (file and pipe sinks are buffered; journald and log
+// files should see lines promptly without a flush per line).
+std::thread g_flusher;
+std::mutex g_flusher_mu;
+std::condition_variable g_flusher_cv;
+bool g_flusher_stop = false;
+
+void flusher_loop() {
+  std::unique_lock lk(g_flusher_mu);
+  while (!g_flusher_cv.wait_for(lk, std::chrono::seconds(1), [] { return g_flusher_stop; })) {
+    if (auto e = g_events.load()) e->flush();
+    if (auto a = g_access.load()) a->flush();
+  }
+}
 
 // Lines a queue overrun dropped before the current pool existed (pools are replaced when
 // the queue size changes).
@@ -86,6 +104,10 @@ void setup(const Options& o) {
   g_events.store(ev);
   g_access_json.store(o.access_format == Format::kJson);
   build_access_locked();
+  if (!g_flusher.joinable()) {
+    g_flusher_stop = false;
+    g_flusher = std::thread(flusher_loop);
+  }
 }
 
 void reopen() {
@@ -94,6 +116,14 @@ void reopen() {
 }
 
 void shutdown() {
+  if (g_flusher.joinable()) {
+    {
+      std::lock_guard lk(g_flusher_mu);
+      g_flusher_stop = true;
+    }
+    g_flusher_cv.notify_all();
+    g_flusher.join();
+  }
   std::shared_ptr<spdlog::details::thread_pool> pool;
   {
     std::lock_guard lk(g_mu);

@@ -128,7 +128,7 @@ void gateway_families(Families& fs, proxy::Gateway& gw) {
                              "Connections refused at the max_connections limit.", MetricType::Counter);
   auto& acc_err = fs.family("stealgate_downstream_accept_errors_total", "accept() failures.", MetricType::Counter);
   for (const auto& ls : gw.listener_states()) {
-    const config::ListenerSection* l = snap ? snap->listener(ls->address) : nullptr;
+    const config::ListenerSection* l = snap ? snap->listener(ls->key) : nullptr;
     Labels lb{{"listener", l != nullptr ? l->name : ls->address}};
     Families::add(conn_active, lb, static_cast<double>(ls->stats.connections_active.load()));
     Families::add(conn_total, lb, static_cast<double>(ls->stats.connections_total.load()));

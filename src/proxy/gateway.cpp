@@ -7,9 +7,13 @@
 
 namespace sg::proxy {
 
-const config::ListenerSection* Snapshot::listener(const std::string& address) const {
-  auto it = listeners_by_address.find(address);
-  return it == listeners_by_address.end() ? nullptr : it->second;
+std::string listener_key(const config::ListenerSection& l) {
+  return l.address.port == 0 ? l.name + "@" + l.address.text() : l.address.text();
+}
+
+const config::ListenerSection* Snapshot::listener(const std::string& key) const {
+  auto it = listeners_by_key.find(key);
+  return it == listeners_by_key.end() ? nullptr : it->second;
 }
 
 Gateway::Gateway(io::Runtime& rt) : rt_(rt) {}
@@ -95,7 +99,7 @@ std::string Gateway::build_snapshot(std::shared_ptr<const config::Config> cfg, s
       snap->cluster_limits[c.name] = s;
     }
   }
-  for (const auto& l : cfg->listeners) snap->listeners_by_address[l.address.text()] = &l;
+  for (const auto& l : cfg->listeners) snap->listeners_by_key[listener_key(l)] = &l;
   out = std::move(snap);
   return "";
 }
@@ -112,6 +116,7 @@ std::string Gateway::bind_listener(const config::ListenerSection& l, std::shared
     return "listener \"" + l.name + "\" cannot listen on " + l.address.text() + ": " + bound.error().message();
   }
   auto ls = std::make_shared<ListenerState>();
+  ls->key = listener_key(l);
   ls->address = l.address.text();
   ls->bound_port = bound->local_endpoint().port();
   ls->listener.emplace(std::move(*bound));
@@ -147,9 +152,9 @@ std::string Gateway::start(std::shared_ptr<const config::Config> cfg) {
   }
   snap_.store(snap, std::memory_order_release);
   for (auto& ls : bound) {
-    listeners_[ls->address] = ls;
+    listeners_[ls->key] = ls;
     start_accepting(ls);
-    SG_LOG_INFO("listener {} on {} (port {})", snap->listener(ls->address)->name, ls->address, ls->bound_port);
+    SG_LOG_INFO("listener {} on {} (port {})", snap->listener(ls->key)->name, ls->address, ls->bound_port);
   }
   ready_.store(true, std::memory_order_release);
   return "";
@@ -163,7 +168,7 @@ std::string Gateway::reload(std::shared_ptr<const config::Config> cfg) {
   std::vector<std::shared_ptr<ListenerState>> added;
   if (err.empty()) {
     for (const auto& l : cfg->listeners) {
-      if (listeners_.count(l.address.text()) != 0) continue;  // unchanged: keep the socket
+      if (listeners_.count(listener_key(l)) != 0) continue;  // unchanged: keep the socket
       std::shared_ptr<ListenerState> ls;
       err = bind_listener(l, ls);
       if (!err.empty()) break;
@@ -177,13 +182,13 @@ std::string Gateway::reload(std::shared_ptr<const config::Config> cfg) {
   }
   snap_.store(snap, std::memory_order_release);
   for (auto& ls : added) {
-    listeners_[ls->address] = ls;
+    listeners_[ls->key] = ls;
     start_accepting(ls);
-    SG_LOG_INFO("listener {} on {} (port {})", snap->listener(ls->address)->name, ls->address, ls->bound_port);
+    SG_LOG_INFO("listener {} on {} (port {})", snap->listener(ls->key)->name, ls->address, ls->bound_port);
   }
   for (auto it = listeners_.begin(); it != listeners_.end();) {
     if (snap->listener(it->first) == nullptr) {
-      SG_LOG_INFO("no longer listening on {}", it->first);
+      SG_LOG_INFO("no longer listening on {}", it->second->address);
       stop_listener(it->second);
       it = listeners_.erase(it);
     } else {

@@ -37,6 +37,10 @@
 
 namespace sg::proxy {
 
+// A listener's identity across reloads: its address, or for port 0 (any free port) its
+// name, since several listeners may ask for port 0.
+std::string listener_key(const config::ListenerSection& l);
+
 struct Snapshot {
   std::shared_ptr<const config::Config> config;
   std::vector<std::shared_ptr<upstream::Cluster>> clusters;
@@ -46,13 +50,14 @@ struct Snapshot {
   std::shared_ptr<exec::Semaphore> global_limit;                // null = unlimited
   std::vector<std::shared_ptr<exec::Semaphore>> route_limits;   // by route index, null = none
   std::map<std::string, std::shared_ptr<exec::Semaphore>> cluster_limits;
-  std::map<std::string, const config::ListenerSection*> listeners_by_address;
+  std::map<std::string, const config::ListenerSection*> listeners_by_key;
 
-  const config::ListenerSection* listener(const std::string& address) const;
+  const config::ListenerSection* listener(const std::string& key) const;
 };
 
 struct ListenerState {
-  std::string address;  // host:port as configured (identity across reloads)
+  std::string key;      // listener_key(): identity across reloads
+  std::string address;  // host:port as configured
   std::optional<io::TcpListener> listener;
   uint16_t bound_port = 0;
   exec::JoinHandle<void> accept_task;
@@ -114,7 +119,7 @@ class Gateway {
   GatewayStats stats_;
 
   mutable std::mutex control_mu_;  // start/reload/drain (control thread operations)
-  std::map<std::string, std::shared_ptr<ListenerState>> listeners_;  // by address
+  std::map<std::string, std::shared_ptr<ListenerState>> listeners_;  // by listener_key
   std::map<std::string, std::shared_ptr<RouteStats>> route_stats_;   // by route name, kept across reloads
 
   mutable std::mutex sessions_mu_;

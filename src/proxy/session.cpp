@@ -215,7 +215,7 @@ exec::Task<void> serve_connection(Gateway& gw, std::shared_ptr<ListenerState> ls
   if (!peer_ip.empty() && peer_ip.front() == '[') peer_ip = peer_ip.substr(1, peer_ip.size() - 2);
 
   std::shared_ptr<const Snapshot> snap = gw.snapshot();
-  const config::ListenerSection* lcfg = snap->listener(ls->address);
+  const config::ListenerSection* lcfg = snap->listener(ls->key);
   if (lcfg == nullptr) co_return;  // the listener was removed by a reload meanwhile
   http::MessageReader reader(client, http::Parser::Mode::kRequest, parser_limits(*lcfg));
 
@@ -255,7 +255,7 @@ exec::Task<void> serve_connection(Gateway& gw, std::shared_ptr<ListenerState> ls
 
     // The snapshot current when the request arrived serves it to the end.
     snap = gw.snapshot();
-    if (const config::ListenerSection* now = snap->listener(ls->address)) lcfg = now;
+    if (const config::ListenerSection* now = snap->listener(ls->key)) lcfg = now;
     Handled h = co_await handle_request(gw, snap, *lcfg, client, reader, ctx);
 
     uint64_t dur_ns = static_cast<uint64_t>(
@@ -276,7 +276,7 @@ exec::Task<void> accept_loop(Gateway& gw, std::shared_ptr<ListenerState> ls) {
   int backoff_ms = 10;
   for (;;) {
     std::shared_ptr<const Snapshot> snap = gw.snapshot();
-    const config::ListenerSection* lcfg = snap->listener(ls->address);
+    const config::ListenerSection* lcfg = snap->listener(ls->key);
     std::size_t max_conn = lcfg != nullptr ? lcfg->max_connections : 10000;
     bool backlog_mode = lcfg != nullptr && lcfg->on_max_connections == config::OverflowAction::kBacklog;
     if (backlog_mode && static_cast<std::size_t>(ls->stats.connections_active.load()) >= max_conn) {

@@ -1,0 +1,305 @@
+"""Operating stealgate: config validation from the CLI, hot reload (under load, invalid
+file, listeners added/removed), graceful drain, systemd notification, access logs, the
+systemd unit."""
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import BIN, Client, Stealgate, Upstream, config, main, request_once  # noqa: E402
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+
+
+def app_routes(extra=""):
+    return extra + "  - name: app\n    match: { path_prefix: / }\n    cluster: app\n"
+
+
+class LoadGenerator:
+    """Closed-loop clients hammering one path until stopped; counts failures."""
+
+    def __init__(self, port, path="/", clients=4):
+        self.port = port
+        self.path = path
+        self.stop_flag = threading.Event()
+        self.ok = 0
+        self.failures = []
+        self.lock = threading.Lock()
+        self.threads = [threading.Thread(target=self.run, daemon=True) for _ in range(clients)]
+        for t in self.threads:
+            t.start()
+
+    def run(self):
+        c = None
+        while not self.stop_flag.is_set():
+            try:
+                if c is None:
+                    c = Client(self.port, timeout=5)
+                r = c.request("GET", self.path)
+                with self.lock:
+                    if r.status == 200:
+                        self.ok += 1
+                    else:
+                        self.failures.append(f"status {r.status}")
+                if r.header("connection") == "close":
+                    c.close()
+                    c = None
+            except (OSError, EOFError) as e:
+                # A keep-alive connection closed by the server between requests is normal
+                # HTTP/1.1 behaviour (clients retry on a new connection); a failure is a
+                # request that got no response on a connection that carried no other.
+                with self.lock:
+                    self.failures.append(f"{type(e).__name__}: {e}")
+                c = None
+
+    def finish(self):
+        self.stop_flag.set()
+        for t in self.threads:
+            t.join(10)
+        return self.ok, self.failures
+
+
+class CheckConfigTest(unittest.TestCase):
+    def run_bin(self, *args):
+        return subprocess.run([BIN, *args], capture_output=True, text=True, timeout=30)
+
+    def test_default_config_is_valid_and_printable(self):
+        path = os.path.join(ROOT, "config", "stealgate.yaml")
+        r = self.run_bin("--check-config", path)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("is valid", r.stdout)
+        p = self.run_bin("--print-config", "-c", path)
+        self.assertEqual(p.returncode, 0)
+        self.assertIn("header_timeout: 10s", p.stdout)
+        d = tempfile.mkdtemp()
+        with open(os.path.join(d, "printed.yaml"), "w") as f:
+            f.write(p.stdout)
+        self.assertEqual(self.run_bin("-t", os.path.join(d, "printed.yaml")).returncode, 0)
+
+    def test_invalid_config_names_position_and_field(self):
+        d = tempfile.mkdtemp()
+        path = os.path.join(d, "bad.yaml")
+        with open(path, "w") as f:
+            f.write("listeners:\n  - address: 127.0.0.1:0\nclusters:\n  - name: api\n    endpoints: [127.0.0.1:1]\n"
+                    "routes:\n  - match: { path_prefix: / }\n    cluster: apii\n  - match: { pth: / }\n"
+                    "    direct_response: { status: 200 }\n")
+        r = self.run_bin("--check-config", path)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(f"{path}:8:14: routes[0].cluster: unknown cluster \"apii\" (did you mean \"api\"?)", r.stderr)
+        self.assertIn(f"{path}:9:14: routes[1].match.pth: unknown key \"pth\" (did you mean \"path\"?)", r.stderr)
+        self.assertIn("is invalid (2 errors)", r.stderr)
+        # And the daemon refuses to start on it.
+        s = self.run_bin("--config", path)
+        self.assertEqual(s.returncode, 1)
+
+    def test_cli_usage_errors(self):
+        self.assertEqual(self.run_bin("--frobnicate").returncode, 2)
+        self.assertEqual(self.run_bin("--config").returncode, 2)
+        h = self.run_bin("--help")
+        self.assertEqual(h.returncode, 0)
+        self.assertIn("--check-config", h.stdout)
+        v = self.run_bin("--version")
+        self.assertRegex(v.stdout, r"^stealgate \d+\.\d+\.\d+")
+
+
+class ReloadTest(unittest.TestCase):
+    def setUp(self):
+        self.up = Upstream("r1")
+        self.cfg = lambda extra="": config(
+            clusters=f"  - name: app\n    endpoints: [{self.up.address}]\n",
+            routes=app_routes(extra))
+        self.sg = Stealgate(self.cfg())
+
+    def tearDown(self):
+        self.assertEqual(self.sg.stop(), 0)
+        self.up.stop()
+
+    def test_reload_under_load_loses_no_request_and_new_route_is_live(self):
+        load = LoadGenerator(self.sg.port, "/steady", clients=4)
+        time.sleep(0.3)
+        new_route = "  - name: hello\n    match: { path: /hello }\n    direct_response: { status: 200, body: \"new route\\n\" }\n"
+        for i in range(5):
+            self.assertTrue(self.sg.reload(self.cfg(new_route if i % 2 == 0 else "")))
+            time.sleep(0.1)
+        self.assertTrue(self.sg.reload(self.cfg(new_route)))
+        time.sleep(0.3)
+        ok, failures = load.finish()
+        self.assertGreater(ok, 50)
+        self.assertEqual(failures, [])
+        status, _, body = request_once(self.sg.port, "GET", "/hello")
+        self.assertEqual((status, body), (200, b"new route\n"))
+        self.assertEqual(self.sg.metric("stealgate_config_reloads_total", result="success"), 6)
+
+    def test_invalid_reload_keeps_old_config_serving(self):
+        before = request_once(self.sg.port, "GET", "/x")[0]
+        self.assertEqual(before, 200)
+        self.sg.write_config(self.cfg() + "bogus_key: 1\n")
+        self.assertFalse(self.sg.reload())
+        self.sg.wait_log(r"stealgate\.yaml:\d+:1: bogus_key: unknown key \"bogus_key\"")
+        self.sg.wait_log(r"reload rejected")
+        self.assertEqual(request_once(self.sg.port, "GET", "/x")[0], 200)
+        self.assertEqual(self.sg.metric("stealgate_config_reloads_total", result="failure"), 1)
+        # An unresolvable endpoint is rejected at reload time too.
+        self.assertFalse(self.sg.reload(self.cfg().replace(self.up.address, "no-such-host.invalid:80")))
+        self.assertEqual(request_once(self.sg.port, "GET", "/x")[0], 200)
+
+    def test_listeners_added_and_removed_without_touching_the_others(self):
+        keep = Client(self.sg.port)
+        self.assertEqual(keep.request("GET", "/a").status, 200)
+        two = ("  - name: public\n    address: 127.0.0.1:0\n  - name: second\n    address: 127.0.0.1:0\n")
+        yaml = config(listeners=two, clusters=f"  - name: app\n    endpoints: [{self.up.address}]\n",
+                      routes=app_routes())
+        # The first listener keeps its configured address 127.0.0.1:0, hence its socket.
+        self.assertTrue(self.sg.reload(yaml))
+        self.sg.wait_for(lambda: "second" in self.sg.ports, 5, "second listener not bound")
+        second = self.sg.ports["second"]
+        self.assertEqual(request_once(second, "GET", "/b")[0], 200)
+        self.assertEqual(keep.request("GET", "/c").status, 200)  # existing connection untouched
+
+
+class DrainTest(unittest.TestCase):
+    def test_sigterm_drains_in_flight_requests_and_exits_zero(self):
+        up = Upstream("d1")
+        sg = Stealgate(config(clusters=f"  - name: app\n    endpoints: [{up.address}]\n", routes=app_routes(),
+                              extra="drain_timeout: 10s\n"))
+        idle = Client(sg.port)
+        self.assertEqual(idle.request("GET", "/warm").status, 200)
+        results = []
+
+        def slow_request():
+            try:
+                c = Client(sg.port, timeout=10)
+                r = c.request("GET", "/slow?ms=800")
+                results.append((r.status, r.header("connection")))
+            except Exception as e:  # noqa: BLE001
+                results.append(("error", str(e)))
+
+        threads = [threading.Thread(target=slow_request) for _ in range(5)]
+        for t in threads:
+            t.start()
+        time.sleep(0.3)
+        t0 = time.time()
+        sg.proc.send_signal(signal.SIGTERM)
+        self.assertTrue(idle.closed_by_peer(timeout=2), "idle keep-alive connection not closed on drain")
+        for t in threads:
+            t.join(10)
+        code = sg.proc.wait(10)
+        self.assertEqual(code, 0)
+        self.assertEqual(results, [(200, "close")] * 5)
+        self.assertLess(time.time() - t0, 5)
+        with self.assertRaises(OSError):
+            socket.create_connection(("127.0.0.1", sg.port), timeout=1)
+        sg.stop()
+        up.stop()
+
+    def test_second_signal_forces_exit(self):
+        up = Upstream("d2")
+        sg = Stealgate(config(clusters=f"  - name: app\n    endpoints: [{up.address}]\n", routes=app_routes(),
+                              extra="drain_timeout: 60s\n"))
+        c = Client(sg.port, timeout=10)
+        c.send(b"GET /slow?ms=20000 HTTP/1.1\r\nHost: h\r\n\r\n")
+        time.sleep(0.3)
+        t0 = time.time()
+        sg.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        sg.proc.send_signal(signal.SIGTERM)
+        self.assertEqual(sg.proc.wait(10), 0)
+        self.assertLess(time.time() - t0, 5)
+        sg.stop()
+        up.stop()
+
+
+class NotifyTest(unittest.TestCase):
+    def test_sd_notify_messages(self):
+        d = tempfile.mkdtemp()
+        path = os.path.join(d, "notify.sock")
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        s.bind(path)
+        s.settimeout(10)
+        sg = Stealgate(config(routes="  - match: { path_prefix: / }\n    direct_response: { status: 200 }\n"),
+                       env={"NOTIFY_SOCKET": path})
+        first = s.recv(4096).decode()
+        self.assertIn("READY=1", first)
+        self.assertIn("STATUS=", first)
+        sg.proc.send_signal(signal.SIGHUP)
+        reloading = s.recv(4096).decode()
+        self.assertIn("RELOADING=1", reloading)
+        self.assertRegex(reloading, r"MONOTONIC_USEC=\d+")
+        self.assertIn("READY=1", s.recv(4096).decode())
+        sg.proc.send_signal(signal.SIGTERM)
+        self.assertIn("STOPPING=1", s.recv(4096).decode())
+        self.assertEqual(sg.proc.wait(10), 0)
+        sg.stop()
+
+
+class AccessLogTest(unittest.TestCase):
+    def test_json_access_log_to_file_reopened_on_sigusr1(self):
+        d = tempfile.mkdtemp()
+        log = os.path.join(d, "access.log")
+        sg = Stealgate(config(
+            routes="  - name: hello\n    match: { path_prefix: / }\n    direct_response: { status: 201, body: hi }\n",
+            logging=f"format: json\n  access_log: {{ enabled: true, path: {log}, format: json }}"))
+        request_once(sg.port, "GET", "/first?q=1", headers=[("X-Request-Id", "req-1")])
+        deadline = time.time() + 5
+        while time.time() < deadline and not (os.path.exists(log) and os.path.getsize(log) > 0):
+            time.sleep(0.05)
+        with open(log) as f:
+            entry = json.loads(f.readline())
+        self.assertEqual(entry["method"], "GET")
+        self.assertEqual(entry["target"], "/first?q=1")
+        self.assertEqual(entry["route"], "hello")
+        self.assertEqual(entry["status"], 201)
+        self.assertEqual(entry["request_id"], "req-1")
+        self.assertEqual(entry["bytes_out"], 2)
+        for key in ("time", "client", "cluster", "endpoint", "duration_ms"):
+            self.assertIn(key, entry)
+        # logrotate: move the file away, SIGUSR1, the next line goes to a new file.
+        os.rename(log, log + ".1")
+        sg.proc.send_signal(signal.SIGUSR1)
+        sg.wait_log("log files reopened")
+        request_once(sg.port, "GET", "/second")
+        deadline = time.time() + 5
+        while time.time() < deadline and not (os.path.exists(log) and os.path.getsize(log) > 0):
+            time.sleep(0.05)
+        with open(log) as f:
+            self.assertEqual(json.loads(f.readline())["target"], "/second")
+        # The event log is JSON too.
+        events = [l for l in sg.logs() if l.startswith("{")]
+        self.assertTrue(events)
+        self.assertIn("level", json.loads(events[0]))
+        self.assertEqual(sg.stop(), 0)
+
+
+class SystemdUnitTest(unittest.TestCase):
+    def test_unit_passes_systemd_analyze_verify(self):
+        tool = shutil.which("systemd-analyze")
+        if tool is None:
+            self.skipTest("systemd-analyze not installed")
+        with open(os.path.join(ROOT, "deploy", "stealgate.service")) as f:
+            unit = f.read()
+        for key in ("Type=notify", "ExecReload=", "--check-config", "DynamicUser=yes", "ProtectSystem=strict",
+                    "NoNewPrivileges=yes", "CAP_NET_BIND_SERVICE", "LimitNOFILE="):
+            self.assertIn(key, unit)
+        d = tempfile.mkdtemp()
+        unit = unit.replace("/usr/bin/stealgate", os.path.abspath(BIN))
+        path = os.path.join(d, "stealgate.service")
+        with open(path, "w") as f:
+            f.write(unit)
+        r = subprocess.run([tool, "verify", path], capture_output=True, text=True, timeout=60)
+        problems = [l for l in (r.stdout + r.stderr).splitlines()
+                    if "stealgate.service" in l and "Documentation" not in l]
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(problems, [])
+
+
+if __name__ == "__main__":
+    main()
