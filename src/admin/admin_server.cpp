@@ -1,8 +1,8 @@
 #include "admin/admin_server.h"
 
-#include <regex>
 
 #include "config/loader.h"
+#include "http/headers.h"
 #include "http/serialize.h"
 #include "http/stream.h"
 #include "metrics/exporter.h"
@@ -15,12 +15,34 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// Values of header fields whose names suggest credentials are replaced in /config.
+// Values of keys whose names suggest credentials (Authorization, Cookie, *token*,
+// *secret*, *password*, api key) are replaced in /config. Works line by line on the
+// emitted YAML: "<indent>[- ]key: value".
 std::string redact(const std::string& yaml) {
-  static const std::regex kSecret(
-      R"((^\s*[-]?\s*"?[A-Za-z0-9_-]*(?:[Aa]uthorization|[Cc]ookie|[Tt]oken|[Ss]ecret|[Pp]assword|[Aa]pi[-_]?[Kk]ey)[A-Za-z0-9_-]*"?\s*:\s*)(.+)$))",
-      std::regex::multiline);
-  return std::regex_replace(yaml, kSecret, "$1<redacted>");
+  static const char* kMarkers[] = {"authorization", "cookie", "token", "secret", "password", "apikey", "api-key",
+                                   "api_key"};
+  std::string out;
+  out.reserve(yaml.size());
+  std::size_t start = 0;
+  while (start < yaml.size()) {
+    std::size_t end = yaml.find('\n', start);
+    if (end == std::string::npos) end = yaml.size();
+    std::string line = yaml.substr(start, end - start);
+    std::size_t colon = line.find(": ");
+    if (colon != std::string::npos) {
+      std::string key = http::to_lower(line.substr(0, colon));
+      for (const char* m : kMarkers) {
+        if (key.find(m) != std::string::npos) {
+          line = line.substr(0, colon + 2) + "<redacted>";
+          break;
+        }
+      }
+    }
+    out += line;
+    if (end < yaml.size()) out += '\n';
+    start = end + 1;
+  }
+  return out;
 }
 
 std::string respond(int status, std::string body, std::string type, bool head) {
@@ -45,7 +67,8 @@ exec::Task<void> serve_admin(proxy::Gateway& gw, io::TcpStream s) {
         proxy::LocalReply lr;
         lr.status = reader.parser().error_status();
         lr.close = true;
-        co_await s.write_all(proxy::render_local_reply(lr), io::Deadline::after(5s));
+        std::string bytes = proxy::render_local_reply(lr);
+        co_await s.write_all(bytes, io::Deadline::after(5s));
       }
       break;
     }

@@ -16,6 +16,11 @@
 //   * poll:     a poll that finds the token ARMED or COMPLETING is spurious (e.g. a
 //     cancellation) and does not resume the coroutine.
 // A coroutine must only co_await Task<T> and this library's awaitables.
+//
+// Compiler caveat (GCC 12, verified): never pass a temporary (prvalue) of a class type with
+// a non-trivial destructor *by value* into a coroutine, e.g. `co_await f(std::string("x"))`
+// or `co_await f(Reply{...})`: GCC destroys that parameter twice (heap corruption). Pass
+// a named object (`f(std::move(r))`) or a reference, or a trivially destructible type.
 #pragma once
 
 #include <coroutine>

@@ -3,6 +3,7 @@
 #include <prometheus/metric_family.h>
 #include <prometheus/text_serializer.h>
 
+#include <deque>
 #include <sstream>
 
 #include "common/log.h"
@@ -18,7 +19,9 @@ using prometheus::MetricType;
 using Labels = std::vector<ClientMetric::Label>;
 
 struct Families {
-  std::vector<MetricFamily> out;
+  // A deque: family() hands out references that must stay valid while more families are
+  // added (a vector would reallocate under them).
+  std::deque<MetricFamily> out;
 
   MetricFamily& family(std::string name, std::string help, MetricType type) {
     out.push_back(MetricFamily{std::move(name), std::move(help), type, {}});
@@ -239,7 +242,7 @@ std::string render(proxy::Gateway& gw) {
   executor_families(fs, gw.runtime().exec().stats());
   gateway_families(fs, gw);
   std::ostringstream os;
-  prometheus::TextSerializer{}.Serialize(os, fs.out);
+  prometheus::TextSerializer{}.Serialize(os, std::vector<MetricFamily>(fs.out.begin(), fs.out.end()));
   return os.str();
 }
 

@@ -30,6 +30,7 @@ using namespace std::chrono_literals;
 // How long we wait for an upstream's 100 Continue before sending the body anyway (what
 // curl and others do when the next hop ignores Expect).
 constexpr auto kExpectContinueWait = 1s;
+const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
 
 std::string rewritten_target(const http::RequestHead& req, const config::RouteSection& r) {
   if (req.path == "*") return "*";
@@ -196,16 +197,17 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
   int exclude = -1;
   bool fresh_only = false;  // a pooled connection just failed: use a new one
 
-  auto reply = [&](int status, std::string note, bool close) -> exec::Task<ForwardResult> {
+  // ctx.note is set by the caller (no class-type temporaries into coroutines: exec/coro.h).
+  auto reply = [&](int status, bool close) -> exec::Task<ForwardResult> {
     ctx.status = status;
-    ctx.note = std::move(note);
     gs.local_replies.fetch_add(1, std::memory_order_relaxed);
     LocalReply lr;
     lr.status = status;
     lr.close = close || !request_body_consumed;
     lr.head = req.is_head();
     if (status == 503) lr.headers.emplace_back("Retry-After", "1");
-    bool ok = co_await send_local(down.client, render_local_reply(lr), down.listener);
+    std::string bytes = render_local_reply(lr);
+    bool ok = co_await send_local(down.client, bytes, down.listener);
     co_return ForwardResult{ok && !lr.close};
   };
 
@@ -213,7 +215,10 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
     ctx.attempts = static_cast<int>(attempt + 1);
     int idx = -1;
     upstream::Endpoint* ep = cluster.pick(upstream::PickContext{hash, exclude}, &idx);
-    if (ep == nullptr) co_return co_await reply(503, "no healthy upstream", false);
+    if (ep == nullptr) {
+      ctx.note = "no healthy upstream";
+      co_return co_await reply(503, false);
+    }
     ctx.endpoint = ep->name();
     InFlight ep_active(ep->active);
     ep->stats().requests.fetch_add(1, std::memory_order_relaxed);
@@ -243,8 +248,10 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
           exclude = idx;
           continue;
         }
-        co_return co_await reply(timed_out ? 504 : 502,
-                                 "upstream connect to " + ep->name() + " failed: " + c.error().message(), false);
+        {
+          ctx.note = "upstream connect to " + ep->name() + " failed: " + c.error().message();
+          co_return co_await reply(timed_out ? 504 : 502, false);
+        }
       }
       up = std::move(*c);
     }
@@ -259,7 +266,10 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
         continue;
       }
       cluster.record_failure(*ep);
-      co_return co_await reply(502, "upstream write failed: " + ec.message(), false);
+      {
+        ctx.note = "upstream write failed: " + ec.message();
+        co_return co_await reply(502, false);
+      }
     }
 
     http::ParserLimits up_limits;
@@ -275,15 +285,18 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
       hr = co_await up_reader.read_head(io::Deadline::after(kExpectContinueWait), rcfg.timeout, &down.client);
       if (hr.status == http::ReadStatus::kTimeout && !hr.partial) {
         // The upstream does not do 100-continue: let the client send the body anyway.
-        if (!co_await send_local(down.client, "HTTP/1.1 100 Continue\r\n\r\n", down.listener)) co_return ForwardResult{false};
+        if (!co_await send_local(down.client, kContinue, down.listener)) co_return ForwardResult{false};
         sent_100 = true;
       } else if (hr.status == http::ReadStatus::kOk && up_reader.parser().response().status == 100) {
-        if (!co_await send_local(down.client, "HTTP/1.1 100 Continue\r\n\r\n", down.listener)) co_return ForwardResult{false};
+        if (!co_await send_local(down.client, kContinue, down.listener)) co_return ForwardResult{false};
         sent_100 = true;
         auto fin = co_await up_reader.read_body(io::Deadline::after(rcfg.timeout));  // completes the 1xx message
         if (fin.status != http::ReadStatus::kOk) {
           up.close();
-          co_return co_await reply(502, "upstream broke after 100 Continue", true);
+          {
+            ctx.note = "upstream broke after 100 Continue";
+            co_return co_await reply(502, true);
+          }
         }
       } else {
         have_head = true;  // a final response (or an error) before the body: handled below
@@ -298,10 +311,16 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
         http::BodyRead br = co_await down.reader.read_body(io::Deadline::after(down.listener.body_timeout));
         if (br.status != http::ReadStatus::kOk) {
           up.close();
-          if (br.status == http::ReadStatus::kTimeout) co_return co_await reply(408, "client body timeout", true);
+          if (br.status == http::ReadStatus::kTimeout) {
+            ctx.note = "client body timeout";
+            co_return co_await reply(408, true);
+          }
           if (br.status == http::ReadStatus::kParseError) {
             int st = down.reader.parser().error_status();
-            co_return co_await reply(st != 0 ? st : 400, "bad request body: " + down.reader.parser().error_detail(), true);
+            {
+              ctx.note = "bad request body: " + down.reader.parser().error_detail();
+              co_return co_await reply(st != 0 ? st : 400, true);
+            }
           }
           ctx.note = "client closed during the request body";
           co_return ForwardResult{false};
@@ -314,7 +333,10 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
           if (hr.status != http::ReadStatus::kOk) {
             up.close();
             cluster.record_failure(*ep);
-            co_return co_await reply(502, "upstream closed while receiving the request body", true);
+            {
+              ctx.note = "upstream closed while receiving the request body";
+              co_return co_await reply(502, true);
+            }
           }
           break;
         }
@@ -324,7 +346,10 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
             std::string tail = last_chunk(down.reader.parser().trailers(), true);
             if (auto ec = co_await up.write_all(tail, io::Deadline::after(rcfg.timeout))) {
               up.close();
-              co_return co_await reply(502, "upstream write failed: " + ec.message(), true);
+              {
+                ctx.note = "upstream write failed: " + ec.message();
+                co_return co_await reply(502, true);
+              }
             }
           }
           break;
@@ -354,7 +379,10 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
           exclude = idx;
           goto next_attempt;
         }
-        co_return co_await reply(504, "upstream response timeout", false);
+        {
+          ctx.note = "upstream response timeout";
+          co_return co_await reply(504, false);
+        }
       }
       if (hr.status == http::ReadStatus::kClosed || hr.status == http::ReadStatus::kIoError) {
         up.close();
@@ -368,12 +396,18 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
           exclude = idx;
           goto next_attempt;
         }
-        co_return co_await reply(502, "upstream closed the connection before responding", false);
+        {
+          ctx.note = "upstream closed the connection before responding";
+          co_return co_await reply(502, false);
+        }
       }
       if (hr.status == http::ReadStatus::kParseError) {
         up.close();
         cluster.record_failure(*ep);
-        co_return co_await reply(502, up_reader.parser().error_detail(), false);
+        {
+          ctx.note = up_reader.parser().error_detail();
+          co_return co_await reply(502, false);
+        }
       }
       http::ResponseHead& resp = up_reader.parser().response();
       if (resp.status == 101 && req.upgrade) {
@@ -395,7 +429,10 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
         auto fin = co_await up_reader.read_body(io::Deadline::after(rcfg.timeout));
         if (fin.status != http::ReadStatus::kOk) {
           up.close();
-          co_return co_await reply(502, "upstream broke after an interim response", true);
+          {
+            ctx.note = "upstream broke after an interim response";
+            co_return co_await reply(502, true);
+          }
         }
         continue;
       }

@@ -16,12 +16,21 @@ const config::ListenerSection* Snapshot::listener(const std::string& key) const 
   return it == listeners_by_key.end() ? nullptr : it->second;
 }
 
-Gateway::Gateway(io::Runtime& rt) : rt_(rt) {}
+Gateway::Gateway(io::Runtime& rt) : rt_(rt), health_(rt) {
+  listener_list_.store(std::make_shared<const std::vector<std::shared_ptr<ListenerState>>>());
+}
 
 Gateway::~Gateway() {
   begin_drain();
   abort_sessions();
   wait_drained(std::chrono::milliseconds(5000));
+  health_.stop();
+}
+
+void Gateway::publish_listeners() {
+  auto v = std::make_shared<std::vector<std::shared_ptr<ListenerState>>>();
+  for (const auto& [key, ls] : listeners_) v->push_back(ls);
+  listener_list_.store(std::move(v));
 }
 
 std::string Gateway::build_snapshot(std::shared_ptr<const config::Config> cfg, std::shared_ptr<Snapshot>& out) {
@@ -156,6 +165,8 @@ std::string Gateway::start(std::shared_ptr<const config::Config> cfg) {
     start_accepting(ls);
     SG_LOG_INFO("listener {} on {} (port {})", snap->listener(ls->key)->name, ls->address, ls->bound_port);
   }
+  publish_listeners();
+  health_.start(snap->clusters);
   ready_.store(true, std::memory_order_release);
   return "";
 }
@@ -195,6 +206,8 @@ std::string Gateway::reload(std::shared_ptr<const config::Config> cfg) {
       ++it;
     }
   }
+  publish_listeners();
+  health_.start(snap->clusters);
   stats_.reloads_ok.fetch_add(1, std::memory_order_relaxed);
   stats_.last_reload_success_unix.store(static_cast<int64_t>(std::time(nullptr)), std::memory_order_relaxed);
   return "";
@@ -205,6 +218,8 @@ void Gateway::begin_drain() {
   if (draining_.exchange(true, std::memory_order_acq_rel)) return;
   for (auto& [addr, ls] : listeners_) stop_listener(ls);
   listeners_.clear();
+  publish_listeners();
+  health_.stop();
   // Idle keep-alive connections are closed now; busy ones finish their response (sent
   // with Connection: close) and close.
   std::lock_guard sk(sessions_mu_);
@@ -240,10 +255,7 @@ std::vector<std::pair<std::string, uint16_t>> Gateway::bound_listeners() const {
 }
 
 std::vector<std::shared_ptr<ListenerState>> Gateway::listener_states() const {
-  std::lock_guard lk(control_mu_);
-  std::vector<std::shared_ptr<ListenerState>> out;
-  for (const auto& [addr, ls] : listeners_) out.push_back(ls);
-  return out;
+  return *listener_list_.load();
 }
 
 std::shared_ptr<SessionEntry> Gateway::register_session() {

@@ -34,6 +34,7 @@
 #include "proxy/stats.h"
 #include "routing/route_table.h"
 #include "upstream/cluster.h"
+#include "upstream/health_checker.h"
 
 namespace sg::proxy {
 
@@ -114,6 +115,11 @@ class Gateway {
 
   io::Runtime& rt_;
   std::atomic<std::shared_ptr<const Snapshot>> snap_;
+  upstream::HealthChecker health_;
+  // Listener states readable without control_mu_ (the admin endpoint runs on a worker and
+  // must not wait for a reload that resolves names).
+  std::atomic<std::shared_ptr<const std::vector<std::shared_ptr<ListenerState>>>> listener_list_;
+  void publish_listeners();
   std::atomic<bool> draining_{false};
   std::atomic<bool> ready_{false};
   GatewayStats stats_;

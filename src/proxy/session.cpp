@@ -126,21 +126,28 @@ exec::Task<Handled> handle_request(Gateway& gw, const std::shared_ptr<const Snap
   ctx.request_id = request_id_for(req);
 
   const bool has_body = req.body != http::BodyKind::kNone;
-  auto local = [&](LocalReply lr, std::string note) -> exec::Task<Handled> {
+  // Takes a reference: class-type temporaries must not be passed by value into coroutines
+  // (see exec/coro.h). ctx.note is set by the caller.
+  auto local = [&](LocalReply& lr) -> exec::Task<Handled> {
     lr.minor = 1;
     lr.head = req.is_head();
     // The unread request body makes the connection unusable: close after replying.
     lr.close = lr.close || has_body || !req.keep_alive || req.is_http10() || gw.draining();
     ctx.status = lr.status;
-    ctx.note = std::move(note);
     if (!lr.head) ctx.bytes_out = lr.body.size();
     gs.local_replies.fetch_add(1, std::memory_order_relaxed);
-    bool ok = co_await send_local(client, render_local_reply(lr), lcfg);
+    std::string bytes = render_local_reply(lr);
+    bool ok = co_await send_local(client, bytes, lcfg);
     co_return Handled{ok && !lr.close};
   };
 
   const routing::CompiledRoute* route = snap->routes.match(req, lcfg.name);
-  if (route == nullptr) co_return co_await local(LocalReply{404, "", {}, false, false, 1}, "no route");
+  if (route == nullptr) {
+    LocalReply lr;
+    lr.status = 404;
+    ctx.note = "no route";
+    co_return co_await local(lr);
+  }
   ctx.route = route->cfg->name;
   ctx.route_index = static_cast<int>(route->index);
   const config::RouteSection& r = *route->cfg;
@@ -150,13 +157,13 @@ exec::Task<Handled> handle_request(Gateway& gw, const std::shared_ptr<const Snap
     lr.status = r.direct_response->status;
     lr.body = r.direct_response->body;
     lr.headers = r.direct_response->headers;
-    co_return co_await local(std::move(lr), "");
+    co_return co_await local(lr);
   }
   if (r.redirect) {
     LocalReply lr;
     lr.status = r.redirect->status;
     lr.headers.emplace_back("Location", r.redirect->location);
-    co_return co_await local(std::move(lr), "");
+    co_return co_await local(lr);
   }
 
   // Admission: global, then route, then cluster. Rejections never touch an upstream.
@@ -186,7 +193,8 @@ exec::Task<Handled> handle_request(Gateway& gw, const std::shared_ptr<const Snap
     LocalReply lr;
     lr.status = 503;
     lr.headers.emplace_back("Retry-After", std::to_string(lim.retry_after_seconds));
-    co_return co_await local(std::move(lr), a == Admit::kQueueFull ? "admission queue full" : "admission queue timeout");
+    ctx.note = a == Admit::kQueueFull ? "admission queue full" : "admission queue timeout";
+    co_return co_await local(lr);
   }
 
   Downstream down{client, reader, lcfg, gw.draining()};
@@ -215,6 +223,9 @@ exec::Task<void> serve_connection(Gateway& gw, std::shared_ptr<ListenerState> ls
   if (!peer_ip.empty() && peer_ip.front() == '[') peer_ip = peer_ip.substr(1, peer_ip.size() - 2);
 
   std::shared_ptr<const Snapshot> snap = gw.snapshot();
+  // lcfg points into lsnap's configuration; lsnap keeps it alive (a reload may drop this
+  // listener from newer snapshots while the connection lives on).
+  std::shared_ptr<const Snapshot> lsnap = snap;
   const config::ListenerSection* lcfg = snap->listener(ls->key);
   if (lcfg == nullptr) co_return;  // the listener was removed by a reload meanwhile
   http::MessageReader reader(client, http::Parser::Mode::kRequest, parser_limits(*lcfg));
@@ -240,7 +251,8 @@ exec::Task<void> serve_connection(Gateway& gw, std::shared_ptr<ListenerState> ls
         ctx.status = status;
         ctx.note = status == 408 ? "request header timeout" : reader.parser().error_detail();
         gw.stats().local_replies.fetch_add(1, std::memory_order_relaxed);
-        co_await send_local(client, render_local_reply(lr), *lcfg);
+        std::string bytes = render_local_reply(lr);
+        co_await send_local(client, bytes, *lcfg);
         snap->unrouted_stats->count("OTHER", status, 0);
         if (auto l = log::access()) {
           if (log::access_json()) {
@@ -255,7 +267,10 @@ exec::Task<void> serve_connection(Gateway& gw, std::shared_ptr<ListenerState> ls
 
     // The snapshot current when the request arrived serves it to the end.
     snap = gw.snapshot();
-    if (const config::ListenerSection* now = snap->listener(ls->key)) lcfg = now;
+    if (const config::ListenerSection* now = snap->listener(ls->key)) {
+      lcfg = now;
+      lsnap = snap;
+    }
     Handled h = co_await handle_request(gw, snap, *lcfg, client, reader, ctx);
 
     uint64_t dur_ns = static_cast<uint64_t>(
@@ -311,7 +326,8 @@ exec::Task<void> accept_loop(Gateway& gw, std::shared_ptr<ListenerState> ls) {
         lr.status = 503;
         lr.close = true;
         lr.headers.emplace_back("Retry-After", "1");
-        co_await s.write_all(render_local_reply(lr), io::Deadline::after(1s));
+        std::string bytes = render_local_reply(lr);
+        co_await s.write_all(bytes, io::Deadline::after(1s));
         s.shutdown_write();
         s.close();
       });

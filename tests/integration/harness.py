@@ -24,10 +24,13 @@ BIN = os.environ.get("STEALGATE_BIN", os.path.join(HERE, "..", "..", "build", "s
 class Upstream:
     """A tests/integration/upstream.py process."""
 
-    def __init__(self, name="upstream", port=0):
+    def __init__(self, name="upstream", port=0, delay_ms=0, fail_status=0):
         self.name = name
+        self.delay_ms = delay_ms
+        self.fail_status = fail_status
         self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "upstream.py"), "--port", str(port),
-                                      "--name", name], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                                      "--name", name, "--delay-ms", str(delay_ms), "--fail-status", str(fail_status)],
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         line = self.proc.stdout.readline()
         if not line.startswith("PORT "):
             raise RuntimeError("upstream did not start")
@@ -54,7 +57,7 @@ class Upstream:
         self.stop()
         for _ in range(100):
             try:
-                self.__init__(self.name, port)
+                self.__init__(self.name, port, self.delay_ms, self.fail_status)
                 return
             except RuntimeError:
                 time.sleep(0.05)

@@ -20,6 +20,8 @@ LOG_LOCK = threading.Lock()
 CONN_IDS = iter(range(1, 1 << 62))
 CONN_LOCK = threading.Lock()
 NAME = "upstream"
+DELAY_MS = 0       # --delay-ms: every echo response waits this long
+FAIL_STATUS = 0    # --fail-status: every echo response has this status
 
 
 class Conn:
@@ -196,7 +198,12 @@ def handle(conn, req, conn_id):
     if path == "/close-after":
         respond(s, 200, b"bye", [("Connection", "close")])
         return False
-    # default: echo
+    # default: echo (optionally slow or failing, to tell endpoints apart)
+    if DELAY_MS:
+        time.sleep(DELAY_MS / 1000)
+    if FAIL_STATUS:
+        respond(s, FAIL_STATUS, f"failing {NAME}\n".encode(), [("X-Upstream", NAME)], reason="Fail")
+        return True
     info = {"method": req["method"], "target": req["target"], "headers": req["headers"],
             "body": (req["body"] or b"").decode("latin-1"), "trailers": req["trailers"], "conn": conn_id,
             "upstream": NAME}
@@ -228,12 +235,16 @@ class Server(socketserver.ThreadingTCPServer):
 
 
 def main():
-    global NAME
+    global NAME, DELAY_MS, FAIL_STATUS
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--name", default="upstream")
+    ap.add_argument("--delay-ms", type=int, default=0)
+    ap.add_argument("--fail-status", type=int, default=0)
     args = ap.parse_args()
     NAME = args.name
+    DELAY_MS = args.delay_ms
+    FAIL_STATUS = args.fail_status
     srv = Server(("127.0.0.1", args.port), Handler)
     print(f"PORT {srv.server_address[1]}", flush=True)
     srv.serve_forever()

@@ -1,0 +1,95 @@
+#include "upstream/health_checker.h"
+
+#include <charconv>
+
+#include "common/log.h"
+#include "http/stream.h"
+
+namespace sg::upstream {
+
+exec::Task<bool> probe(asio::io_context& ctx, const io::tcp::endpoint& ep, const config::HealthCheckSection& hc,
+                       const std::string& host) {
+  io::Deadline dl = io::Deadline::after(hc.timeout);
+  auto conn = co_await io::TcpStream::connect(ctx, ep, dl);
+  if (!conn.ok()) co_return false;
+  std::string req = "GET " + hc.path + " HTTP/1.1\r\nHost: " + host +
+                    "\r\nUser-Agent: stealgate-health-check\r\nConnection: close\r\n\r\n";
+  if (co_await conn->write_all(req, dl)) co_return false;
+  http::ParserLimits lim;
+  http::MessageReader reader(*conn, http::Parser::Mode::kResponse, lim);
+  for (;;) {
+    http::HeadRead hr = co_await reader.read_head(dl, hc.timeout);
+    if (hr.status != http::ReadStatus::kOk) co_return false;
+    int status = reader.parser().response().status;
+    if (status >= 100 && status < 200) {
+      auto fin = co_await reader.read_body(dl);
+      if (fin.status != http::ReadStatus::kOk) co_return false;
+      continue;
+    }
+    conn->close();
+    co_return status >= hc.expected_status_min && status <= hc.expected_status_max;
+  }
+}
+
+namespace {
+
+exec::Task<void> check_loop(asio::io_context& ctx, std::shared_ptr<Cluster> cluster,
+                            std::shared_ptr<Endpoint> ep) {
+  const config::HealthCheckSection& hc = cluster->config().health_check;
+  std::string host = hc.host.empty() ? ep->name() : hc.host;
+  uint32_t successes = 0, failures = 0;
+  for (;;) {
+    bool ok = co_await probe(ctx, ep->address(), hc, host);
+    if (ok) {
+      failures = 0;
+      ++successes;
+      if (!ep->healthy.load(std::memory_order_relaxed) && successes >= hc.healthy_threshold) {
+        ep->healthy.store(true, std::memory_order_relaxed);
+        SG_LOG_INFO("cluster {}: endpoint {} is healthy again ({} passing checks)", cluster->name(), ep->name(),
+                    successes);
+      }
+    } else {
+      successes = 0;
+      ++failures;
+      if (ep->healthy.load(std::memory_order_relaxed) && failures >= hc.unhealthy_threshold) {
+        ep->healthy.store(false, std::memory_order_relaxed);
+        SG_LOG_WARN("cluster {}: endpoint {} is unhealthy ({} failed checks of {})", cluster->name(), ep->name(),
+                    failures, hc.path);
+      }
+    }
+    co_await io::sleep_for(hc.interval);
+  }
+}
+
+}  // namespace
+
+void HealthChecker::start(const std::vector<std::shared_ptr<Cluster>>& clusters) {
+  std::vector<exec::JoinHandle<void>> next;
+  for (const auto& c : clusters) {
+    if (!c->config().health_check.enabled) {
+      // Checks turned off: whatever they decided no longer applies.
+      for (const auto& e : c->endpoints()) e->healthy.store(true, std::memory_order_relaxed);
+      continue;
+    }
+    for (const auto& e : c->endpoints()) next.push_back(rt_.spawn(check_loop(rt_.context(), c, e)));
+  }
+  std::vector<exec::JoinHandle<void>> old;
+  {
+    std::lock_guard lk(mu_);
+    old.swap(tasks_);
+    tasks_ = std::move(next);
+  }
+  for (auto& t : old) t.cancel();
+}
+
+void HealthChecker::stop() {
+  std::vector<exec::JoinHandle<void>> old;
+  {
+    std::lock_guard lk(mu_);
+    old.swap(tasks_);
+  }
+  for (auto& t : old) t.cancel();
+  for (auto& t : old) t.wait();
+}
+
+}  // namespace sg::upstream

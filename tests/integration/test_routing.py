@@ -1,0 +1,350 @@
+"""Routing, actions, load balancing, health checking, outlier ejection and retries, all
+through the real binary with YAML configs and real upstream processes."""
+import collections
+import os
+import socket
+import sys
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import Client, Stealgate, Upstream, config, main, request_once  # noqa: E402
+
+
+def direct(name, match, extra=""):
+    return f"""  - name: {name}
+    match: {match}
+    direct_response: {{ status: 200, body: "{name}" }}
+{extra}"""
+
+
+def hit(port, path="/", host="test.local", method="GET", headers=None, body=b""):
+    status, hdrs, data = request_once(port, method, path, headers=headers, body=body, host=host)
+    return status, dict((k.lower(), v) for k, v in hdrs), data
+
+
+def upstream_of(port, path="/", **kw):
+    status, hdrs, _ = hit(port, path, **kw)
+    return status, hdrs.get("x-upstream")
+
+
+def dead_address():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return f"127.0.0.1:{port}"
+
+
+class MatchersTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        routes = (
+            direct("host-exact", "{ host: api.example.com }")
+            + direct("host-wild", "{ host: \"*.example.com\" }")
+            + direct("exact", "{ path: /exact }")
+            + direct("post-only", "{ path: /m, methods: [POST, PUT] }")
+            + direct("hdr-value", "{ path_prefix: /h, headers: { X-Env: prod } }")
+            + direct("hdr-present", "{ path_prefix: /h, headers: { X-Debug: ~ } }")
+            + direct("query", "{ path_prefix: /q, query: { v: \"2\" } }")
+            + direct("regex", "{ path_regex: \"^/r/[0-9]+$\" }")
+            + direct("second-only", "{ path_prefix: /only, listener: second }")
+            + direct("prefix", "{ path_prefix: /pre/ }")
+            + """  - name: moved
+    match: { path: /old }
+    redirect: { status: 301, location: /new }
+  - name: teapot
+    match: { path: /tea }
+    direct_response: { status: 418, body: "short and stout", headers: { X-Pot: brown } }
+"""
+            + direct("default", "{ path_prefix: / }"))
+        listeners = "  - name: public\n    address: 127.0.0.1:0\n  - name: second\n    address: 127.0.0.1:0\n"
+        cls.sg = Stealgate(config(listeners=listeners, routes=routes))
+        cls.sg.wait_for(lambda: "second" in cls.sg.ports, 5, "second listener")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.sg.stop()
+
+    def route(self, path="/", port=None, **kw):
+        status, hdrs, body = hit(port or self.sg.ports["public"], path, **kw)
+        return body.decode()
+
+    def test_host_exact_wildcard_port_insensitive_and_case_insensitive(self):
+        self.assertEqual(self.route(host="api.example.com"), "host-exact")
+        self.assertEqual(self.route(host="API.Example.COM:8080"), "host-exact")
+        self.assertEqual(self.route(host="www.example.com"), "host-wild")
+        self.assertEqual(self.route(host="a.b.example.com"), "host-wild")
+        self.assertEqual(self.route(host="example.com"), "default")  # wildcard needs a label
+        self.assertEqual(self.route(host="example.org"), "default")
+
+    def test_paths(self):
+        self.assertEqual(self.route("/exact"), "exact")
+        self.assertEqual(self.route("/exact/more"), "default")
+        self.assertEqual(self.route("/exact?x=1"), "exact")  # the query is not part of the path
+        self.assertEqual(self.route("/pre/a/b"), "prefix")
+        self.assertEqual(self.route("/pre"), "default")
+        self.assertEqual(self.route("/r/123"), "regex")
+        self.assertEqual(self.route("/r/12a"), "default")
+
+    def test_methods_headers_query_listener(self):
+        self.assertEqual(self.route("/m", method="POST", body=b"x"), "post-only")
+        self.assertEqual(self.route("/m"), "default")
+        self.assertEqual(self.route("/h", headers=[("X-Env", "prod")]), "hdr-value")
+        self.assertEqual(self.route("/h", headers=[("X-Env", "dev")]), "default")
+        self.assertEqual(self.route("/h", headers=[("X-Debug", "")]), "hdr-present")
+        self.assertEqual(self.route("/q?a=1&v=2"), "query")
+        self.assertEqual(self.route("/q?v=3"), "default")
+        self.assertEqual(self.route("/only"), "default")
+        self.assertEqual(self.route("/only", port=self.sg.ports["second"]), "second-only")
+
+    def test_first_match_in_file_order_wins(self):
+        # /exact also matches the default prefix route further down.
+        self.assertEqual(self.route("/exact", host="api.example.com"), "host-exact")
+
+    def test_redirect_and_direct_response_actions(self):
+        status, hdrs, _ = hit(self.sg.port, "/old")
+        self.assertEqual(status, 301)
+        self.assertEqual(hdrs["location"], "/new")
+        status, hdrs, body = hit(self.sg.port, "/tea")
+        self.assertEqual((status, body), (418, b"short and stout"))
+        self.assertEqual(hdrs["x-pot"], "brown")
+
+
+class RewriteTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.up = Upstream("rw")
+        cls.sg = Stealgate(config(
+            clusters=f"  - name: app\n    endpoints: [{cls.up.address}]\n",
+            routes="""  - name: strip
+    match: { path_prefix: /api/v1 }
+    cluster: app
+    rewrite: { strip_prefix: /api/v1, host: backend.internal }
+    request_headers: { add: { X-Added: a }, set: { X-Set: s }, remove: [X-Remove] }
+    response_headers: { add: { X-Resp: r }, remove: [X-Upstream] }
+  - name: whole
+    match: { path: /legacy }
+    cluster: app
+    rewrite: { path: /modern }
+  - name: slow
+    match: { path_prefix: /slow }
+    cluster: app
+    timeout: 300ms
+"""))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.sg.stop()
+        cls.up.stop()
+
+    def test_prefix_strip_host_rewrite_and_header_ops(self):
+        c = Client(self.sg.port)
+        r = c.request("GET", "/api/v1/users?id=7", [("X-Remove", "x"), ("X-Set", "old")])
+        info = r.json()
+        self.assertEqual(info["target"], "/users?id=7")
+        h = {k.lower(): v for k, v in info["headers"]}
+        self.assertEqual(h["host"], "backend.internal")
+        self.assertEqual(h["x-added"], "a")
+        self.assertEqual(h["x-set"], "s")
+        self.assertNotIn("x-remove", h)
+        self.assertEqual(r.header("x-resp"), "r")
+        self.assertIsNone(r.header("x-upstream"))
+
+    def test_whole_path_rewrite(self):
+        self.assertEqual(Client(self.sg.port).request("GET", "/legacy?q").json()["target"], "/modern?q")
+
+    def test_per_route_timeout(self):
+        t0 = time.time()
+        self.assertEqual(hit(self.sg.port, "/slow?ms=2000")[0], 504)
+        self.assertLess(time.time() - t0, 1.5)
+
+
+class BalancingTest(unittest.TestCase):
+    def run_sg(self, ups, lb, extra=""):
+        eps = ", ".join(f"{{ address: {u.address}, weight: {w} }}" for u, w in ups)
+        return Stealgate(config(
+            clusters=f"  - name: app\n    endpoints: [{eps}]\n    lb: {lb}\n{extra}",
+            routes="  - name: app\n    match: { path_prefix: / }\n    cluster: app\n"))
+
+    def test_round_robin_respects_weights_exactly(self):
+        a, b = Upstream("a"), Upstream("b")
+        sg = self.run_sg([(a, 1), (b, 3)], "round_robin")
+        try:
+            c = Client(sg.port)
+            counts = collections.Counter(c.request("GET", "/").header("x-upstream") for _ in range(200))
+            self.assertEqual(counts, {"a": 50, "b": 150})
+        finally:
+            sg.stop(), a.stop(), b.stop()
+
+    def test_random_splits_within_tolerance(self):
+        a, b = Upstream("a"), Upstream("b")
+        sg = self.run_sg([(a, 1), (b, 1)], "random")
+        try:
+            c = Client(sg.port)
+            counts = collections.Counter(c.request("GET", "/").header("x-upstream") for _ in range(400))
+            self.assertGreater(counts["a"], 140)
+            self.assertGreater(counts["b"], 140)
+        finally:
+            sg.stop(), a.stop(), b.stop()
+
+    def test_least_request_prefers_the_less_loaded_endpoint(self):
+        slow, fast = Upstream("slow", delay_ms=400), Upstream("fast")
+        sg = self.run_sg([(slow, 1), (fast, 1)], "least_request")
+        try:
+            results = collections.Counter()
+            lock = threading.Lock()
+
+            def one():
+                _, up = upstream_of(sg.port)
+                with lock:
+                    results[up] += 1
+
+            threads = []
+            for _ in range(30):
+                t = threading.Thread(target=one)
+                t.start()
+                threads.append(t)
+                time.sleep(0.02)
+            for t in threads:
+                t.join(10)
+            self.assertEqual(sum(results.values()), 30)
+            self.assertGreaterEqual(results["fast"], 22, results)
+        finally:
+            sg.stop(), slow.stop(), fast.stop()
+
+    def test_ring_hash_is_sticky_and_stable_when_an_endpoint_is_added(self):
+        a, b, c3 = Upstream("a"), Upstream("b"), Upstream("c")
+        sg = self.run_sg([(a, 1), (b, 1)], "ring_hash", "    hash_header: X-User\n")
+        try:
+            keys = [f"user{i}" for i in range(60)]
+            first = {k: upstream_of(sg.port, headers=[("X-User", k)])[1] for k in keys}
+            again = {k: upstream_of(sg.port, headers=[("X-User", k)])[1] for k in keys}
+            self.assertEqual(first, again, "the same key must map to the same endpoint")
+            self.assertGreater(list(first.values()).count("a"), 10)
+            self.assertGreater(list(first.values()).count("b"), 10)
+            eps = f"[{a.address}, {b.address}, {c3.address}]"
+            self.assertTrue(sg.reload(config(
+                clusters=f"  - name: app\n    endpoints: {eps}\n    lb: ring_hash\n    hash_header: X-User\n",
+                routes="  - name: app\n    match: { path_prefix: / }\n    cluster: app\n")))
+            after = {k: upstream_of(sg.port, headers=[("X-User", k)])[1] for k in keys}
+            moved = [k for k in keys if after[k] != first[k]]
+            self.assertTrue(all(after[k] == "c" for k in moved), "keys may only move to the new endpoint")
+            self.assertLess(len(moved), 35)
+            self.assertGreater(len(moved), 5)
+        finally:
+            sg.stop(), a.stop(), b.stop(), c3.stop()
+
+
+class HealthTest(unittest.TestCase):
+    def test_active_checks_take_endpoints_out_and_back(self):
+        a, b = Upstream("a"), Upstream("b")
+        sg = Stealgate(config(
+            clusters=f"""  - name: app
+    endpoints: [{a.address}, {b.address}]
+    outlier_detection: {{ consecutive_failures: 0 }}
+    health_check: {{ path: /healthz, interval: 100ms, timeout: 200ms, unhealthy_threshold: 2, healthy_threshold: 2 }}
+""",
+            routes="  - name: app\n    match: { path_prefix: / }\n    cluster: app\n"))
+        try:
+            seen = {upstream_of(sg.port)[1] for _ in range(10)}
+            self.assertEqual(seen, {"a", "b"})
+            a.stop()
+            sg.wait_log(r"endpoint 127\.0\.0\.1:\d+ is unhealthy", timeout=5)
+            self.assertEqual({upstream_of(sg.port)[1] for _ in range(10)}, {"b"})
+            self.assertEqual(sg.metric("stealgate_upstream_endpoint_healthy", cluster="app", endpoint=a.address), 0)
+            b.stop()
+            sg.wait_for(lambda: sg.metric("stealgate_upstream_endpoint_healthy", cluster="app",
+                                          endpoint=b.address) == 0, 5, "b not marked unhealthy")
+            t0 = time.time()
+            status, hdrs, _ = hit(sg.port)
+            self.assertEqual(status, 503)
+            self.assertEqual(hdrs.get("retry-after"), "1")
+            self.assertLess(time.time() - t0, 0.5, "no healthy upstream must answer quickly")
+            a.restart()
+            sg.wait_log(r"endpoint 127\.0\.0\.1:\d+ is healthy again", timeout=5)
+            self.assertEqual(upstream_of(sg.port)[0], 200)
+        finally:
+            sg.stop(), a.stop(), b.stop()
+
+    def test_outlier_ejection_on_consecutive_5xx(self):
+        bad, good = Upstream("bad", fail_status=500), Upstream("good")
+        sg = Stealgate(config(
+            clusters=f"""  - name: app
+    endpoints: [{bad.address}, {good.address}]
+    outlier_detection: {{ consecutive_failures: 3, base_ejection_time: 5s, max_ejection_percent: 50 }}
+""",
+            routes="  - name: app\n    match: { path_prefix: / }\n    cluster: app\n"))
+        try:
+            c = Client(sg.port)
+            statuses = [c.request("GET", "/").status for _ in range(30)]
+            self.assertEqual(statuses.count(500), 3, statuses)  # ejected after the third 5xx
+            self.assertEqual(sg.metric("stealgate_upstream_endpoint_healthy", cluster="app", endpoint=bad.address), 0)
+        finally:
+            sg.stop(), bad.stop(), good.stop()
+
+    def test_ejection_never_exceeds_the_cap(self):
+        x, y = Upstream("x", fail_status=500), Upstream("y", fail_status=500)
+        sg = Stealgate(config(
+            clusters=f"""  - name: app
+    endpoints: [{x.address}, {y.address}]
+    outlier_detection: {{ consecutive_failures: 2, max_ejection_percent: 50 }}
+""",
+            routes="  - name: app\n    match: { path_prefix: / }\n    cluster: app\n"))
+        try:
+            c = Client(sg.port)
+            statuses = [c.request("GET", "/").status for _ in range(20)]
+            self.assertEqual(set(statuses), {500}, "one endpoint must stay in rotation")
+            healthy = sum(sg.metric("stealgate_upstream_endpoint_healthy", cluster="app", endpoint=u.address)
+                          for u in (x, y))
+            self.assertEqual(healthy, 1)
+        finally:
+            sg.stop(), x.stop(), y.stop()
+
+
+class RetryTest(unittest.TestCase):
+    def cfg(self, endpoints, retries, extra="    outlier_detection: { consecutive_failures: 0 }\n"):
+        return config(
+            clusters=f"  - name: app\n    endpoints: [{endpoints}]\n{extra}",
+            routes=f"  - name: app\n    match: {{ path_prefix: / }}\n    cluster: app\n    retries: {retries}\n")
+
+    def test_connect_failures_are_retried_on_another_endpoint(self):
+        good = Upstream("good")
+        sg = Stealgate(self.cfg(f"{dead_address()}, {good.address}", "{ attempts: 2, on: [connect_failure] }"))
+        try:
+            c = Client(sg.port)
+            self.assertEqual([c.request("POST", "/", body=b"data").status for _ in range(10)], [200] * 10)
+            self.assertGreaterEqual(sg.metric("stealgate_upstream_retries_total", cluster="app"), 4)
+        finally:
+            sg.stop(), good.stop()
+
+    def test_5xx_retried_for_idempotent_requests_only(self):
+        bad, good = Upstream("bad", fail_status=503), Upstream("good")
+        sg = Stealgate(self.cfg(f"{bad.address}, {good.address}", "{ attempts: 1, on: [5xx] }"))
+        try:
+            c = Client(sg.port)
+            gets = [c.request("GET", "/").status for _ in range(10)]
+            self.assertEqual(gets, [200] * 10)
+            posts = [c.request("POST", "/", body=b"x").status for _ in range(10)]
+            self.assertIn(503, posts, "a non-idempotent request must not be retried")
+            bad_log = bad.log()
+            self.assertTrue(all(e["method"] == "GET" or e["body_len"] == 1 for e in bad_log))
+        finally:
+            sg.stop(), bad.stop(), good.stop()
+
+    def test_retry_budget_bounds_retries(self):
+        bad, good = Upstream("bad", fail_status=503), Upstream("good")
+        sg = Stealgate(self.cfg(f"{bad.address}, {good.address}",
+                                "{ attempts: 1, on: [5xx], budget_percent: 0, min_retry_concurrency: 0 }"))
+        try:
+            c = Client(sg.port)
+            statuses = [c.request("GET", "/").status for _ in range(10)]
+            self.assertEqual(statuses.count(503), 5, "with no budget nothing is retried")
+            self.assertEqual(sg.metric("stealgate_upstream_retry_budget_exhausted_total", cluster="app"), 5)
+        finally:
+            sg.stop(), bad.stop(), good.stop()
+
+
+if __name__ == "__main__":
+    main()
