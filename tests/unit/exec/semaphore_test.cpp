@@ -1,0 +1,226 @@
+// Admission semaphore: FIFO fairness, bounded queue, timeouts, cancellation while
+// waiting, permits never lost (also when a grant races a cancellation). Timeouts are
+// driven by hand through a WaitTimeout stand-in, so nothing depends on wall-clock time.
+#include "exec/semaphore.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "exec/runtime.h"
+
+namespace sg::exec {
+namespace {
+
+using namespace std::chrono_literals;
+
+template <class F>
+bool eventually(F&& f, std::chrono::milliseconds limit = 10s) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!f()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+  return true;
+}
+
+// A timeout that fires when the test says so.
+class ManualTimeout final : public WaitTimeout {
+ public:
+  void arm(Waker w) override {
+    std::lock_guard lk(mu_);
+    waker_ = std::move(w);
+    armed_.store(true);
+  }
+  void cancel() override { cancelled_.store(true); }
+  void fire() {
+    Waker w;
+    {
+      std::lock_guard lk(mu_);
+      w = std::move(waker_);
+    }
+    if (w) std::move(w).wake({{}, 1});
+  }
+  bool armed() const { return armed_.load(); }
+
+ private:
+  std::mutex mu_;
+  Waker waker_;
+  std::atomic<bool> armed_{false};
+  std::atomic<bool> cancelled_{false};
+};
+
+RuntimeConfig one_worker() {
+  RuntimeConfig c;
+  c.worker_threads = 1;
+  return c;
+}
+
+TEST(Semaphore, TryAcquireAndRelease) {
+  Semaphore s(2, 10);
+  EXPECT_TRUE(s.try_acquire());
+  EXPECT_TRUE(s.try_acquire());
+  EXPECT_FALSE(s.try_acquire());
+  s.release();
+  EXPECT_TRUE(s.try_acquire());
+  {
+    Semaphore::Permit p(&s);  // adopts the permit just taken
+  }
+  EXPECT_EQ(s.available(), 1u);
+}
+
+TEST(Semaphore, WaitersAreServedInArrivalOrder) {
+  Runtime rt(one_worker());
+  Semaphore s(1, 100);
+  ASSERT_TRUE(s.try_acquire());
+  std::mutex mu;
+  std::vector<int> order;
+  std::vector<JoinHandle<void>> hs;
+  for (int i = 0; i < 5; ++i) {
+    hs.push_back(rt.spawn([&, i]() -> Task<void> {
+      AcquireStatus st = co_await s.acquire();
+      EXPECT_EQ(st, AcquireStatus::kAcquired);
+      {
+        std::lock_guard lk(mu);
+        order.push_back(i);
+      }
+      s.release();
+    }));
+    ASSERT_TRUE(eventually([&] { return s.waiting() == static_cast<std::size_t>(i + 1); }));
+  }
+  s.release();
+  for (auto& h : hs) EXPECT_TRUE(h.wait());
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(s.available(), 1u);
+}
+
+TEST(Semaphore, ArrivalsCannotBargePastTheQueue) {
+  Runtime rt(one_worker());
+  Semaphore s(1, 100);
+  ASSERT_TRUE(s.try_acquire());
+  auto waiter = rt.spawn([&]() -> Task<int> { co_return static_cast<int>(co_await s.acquire()); });
+  ASSERT_TRUE(eventually([&] { return s.waiting() == 1; }));
+  s.release();                   // handed to the waiter, not to the pool
+  EXPECT_FALSE(s.try_acquire());  // so a newcomer finds none
+  EXPECT_EQ(waiter.wait(), static_cast<int>(AcquireStatus::kAcquired));
+  s.release();
+  EXPECT_EQ(s.available(), 1u);
+}
+
+TEST(Semaphore, FullQueueRejectsAtOnce) {
+  Runtime rt(one_worker());
+  Semaphore s(1, 2);
+  ASSERT_TRUE(s.try_acquire());
+  std::vector<JoinHandle<int>> queued;
+  for (int i = 0; i < 2; ++i) {
+    queued.push_back(rt.spawn([&]() -> Task<int> { co_return static_cast<int>(co_await s.acquire()); }));
+  }
+  ASSERT_TRUE(eventually([&] { return s.waiting() == 2; }));
+  auto third = rt.spawn([&]() -> Task<int> { co_return static_cast<int>(co_await s.acquire()); });
+  EXPECT_EQ(third.wait(), static_cast<int>(AcquireStatus::kQueueFull));
+  s.release();
+  EXPECT_EQ(queued[0].wait(), static_cast<int>(AcquireStatus::kAcquired));
+  s.release();
+  EXPECT_EQ(queued[1].wait(), static_cast<int>(AcquireStatus::kAcquired));
+  s.release();
+  EXPECT_EQ(s.available(), 1u);
+}
+
+TEST(Semaphore, TimeoutLeavesTheQueue) {
+  Runtime rt(one_worker());
+  Semaphore s(1, 10);
+  ASSERT_TRUE(s.try_acquire());
+  ManualTimeout to;
+  auto h = rt.spawn([&]() -> Task<int> { co_return static_cast<int>(co_await s.acquire(&to)); });
+  ASSERT_TRUE(eventually([&] { return s.waiting() == 1 && to.armed(); }));
+  to.fire();
+  EXPECT_EQ(h.wait(), static_cast<int>(AcquireStatus::kTimeout));
+  EXPECT_EQ(s.waiting(), 0u);
+  s.release();  // nobody waits any more: the permit returns to the pool
+  EXPECT_EQ(s.available(), 1u);
+}
+
+TEST(Semaphore, CancelledWaiterLeavesTheQueueAndLosesNoPermit) {
+  Runtime rt(one_worker());
+  Semaphore s(1, 10);
+  ASSERT_TRUE(s.try_acquire());
+  std::atomic<bool> next_got_it{false};
+  auto doomed = rt.spawn([&]() -> Task<void> {
+    co_await s.acquire();
+    ADD_FAILURE() << "a cancelled waiter must never run on";
+  });
+  ASSERT_TRUE(eventually([&] { return s.waiting() == 1; }));
+  auto next = rt.spawn([&]() -> Task<void> {
+    if (co_await s.acquire() == AcquireStatus::kAcquired) next_got_it.store(true);
+    s.release();
+  });
+  ASSERT_TRUE(eventually([&] { return s.waiting() == 2; }));
+  doomed.cancel();
+  EXPECT_FALSE(doomed.wait());
+  EXPECT_EQ(s.waiting(), 1u);
+  s.release();
+  EXPECT_TRUE(next.wait());
+  EXPECT_TRUE(next_got_it.load());
+  EXPECT_EQ(s.available(), 1u);
+}
+
+TEST(Semaphore, PermitGrantedToACancelledWaiterIsGivenBack) {
+  // Grant and cancellation race: release() hands the permit to a waiter whose task is
+  // cancelled before it resumes. The awaiter's destructor must return that permit.
+  for (int round = 0; round < 200; ++round) {
+    Runtime rt(one_worker());
+    Semaphore s(1, 10);
+    ASSERT_TRUE(s.try_acquire());
+    auto h = rt.spawn([&]() -> Task<void> {
+      if (co_await s.acquire() == AcquireStatus::kAcquired) s.release();
+    });
+    ASSERT_TRUE(eventually([&] { return s.waiting() == 1; }));
+    std::thread t1([&] { h.cancel(); });
+    std::thread t2([&] { s.release(); });
+    t1.join();
+    t2.join();
+    h.wait();
+    ASSERT_EQ(s.available(), 1u) << "round " << round;
+    ASSERT_EQ(s.waiting(), 0u);
+  }
+}
+
+TEST(Semaphore, StressManyTasksNoPermitLost) {
+  RuntimeConfig cfg;
+  cfg.worker_threads = 3;
+  Runtime rt(cfg);
+  constexpr int kPermits = 4, kTasks = 400;
+  Semaphore s(kPermits, 64);
+  std::atomic<int> inside{0}, max_inside{0}, acquired{0}, rejected{0};
+  std::vector<JoinHandle<void>> hs;
+  for (int i = 0; i < kTasks; ++i) {
+    hs.push_back(rt.spawn([&]() -> Task<void> {
+      AcquireStatus st = co_await s.acquire();
+      if (st != AcquireStatus::kAcquired) {
+        rejected.fetch_add(1);
+        co_return;
+      }
+      acquired.fetch_add(1);
+      int now = inside.fetch_add(1) + 1;
+      int m = max_inside.load();
+      while (now > m && !max_inside.compare_exchange_weak(m, now)) {
+      }
+      co_await yield_now();
+      inside.fetch_sub(1);
+      s.release();
+    }));
+    if (i % 7 == 0) hs.back().cancel();
+  }
+  for (auto& h : hs) h.wait();
+  EXPECT_LE(max_inside.load(), kPermits);
+  EXPECT_GT(acquired.load(), 0);
+  EXPECT_EQ(s.available(), static_cast<std::size_t>(kPermits));
+  EXPECT_EQ(s.waiting(), 0u);
+}
+
+}  // namespace
+}  // namespace sg::exec
