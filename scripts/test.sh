@@ -22,7 +22,7 @@ summarize() {  # build dir, label
     failures+=("$2: no test log")
     return
   fi
-  local p f names
+  local p f name
   read -r p f < <(python3 - "$log" <<'PY'
 import json, sys
 ok = bad = 0
@@ -35,13 +35,14 @@ for line in open(sys.argv[1]):
 print(ok, bad)
 PY
 )
-  names=$(python3 -c 'import json,sys
+  passed=$((passed + p))
+  failed=$((failed + f))
+  while IFS= read -r name; do
+    [[ -n "$name" ]] && failures+=("$2: $name")
+  done < <(python3 -c 'import json,sys
 for l in open(sys.argv[1]):
     r=json.loads(l)
     if r["result"] not in ("OK","EXPECTEDFAIL","SKIP"): print(r["name"])' "$log")
-  passed=$((passed + p))
-  failed=$((failed + f))
-  for n in $names; do failures+=("$2: $n"); done
   echo "== $2: $p passed, $f failed"
 }
 
@@ -80,7 +81,7 @@ fi
 if [[ "$skip" != *" tsan "* ]]; then
   export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
   run_suite "tsan" build-tsan "--buildtype=debugoptimized -Db_sanitize=thread -Dbenchmarks=false" \
-    "tests/unit/exec_unit_test tests/unit/io_unit_test tests/stress/exec_stress_test" \
+    "tests/unit/exec_unit_test tests/unit/io_unit_test tests/unit/proxy_unit_test tests/stress/exec_stress_test" \
     "--suite concurrency --timeout-multiplier 4"
   unset TSAN_OPTIONS
 fi

@@ -90,7 +90,8 @@ MapView::MapView(Ctx& ctx, const YAML::Node& node, std::string path, std::vector
     return;
   }
   for (auto it = node.begin(); it != node.end(); ++it) {
-    const YAML::Node& k = it->first;
+    // A copy: `it->first` lives in a proxy object that dies with this statement.
+    const YAML::Node k = it->first;
     if (!k.IsScalar()) {
       ctx.error(k, path_, "keys must be plain names");
       ok_ = false;

@@ -203,11 +203,32 @@ void gateway_families(Families& fs, proxy::Gateway& gw) {
   // Admission.
   auto& inflight = fs.family("stealgate_admission_in_flight", "Admitted requests holding a permit.", MetricType::Gauge);
   auto& queued = fs.family("stealgate_admission_queued", "Requests waiting for a permit.", MetricType::Gauge);
-  if (snap && snap->global_limit) {
-    double cap = static_cast<double>(snap->config->limits.max_concurrent_requests);
-    Families::add(inflight, {{"scope", "global"}}, cap - static_cast<double>(snap->global_limit->available()));
-    Families::add(queued, {{"scope", "global"}}, static_cast<double>(snap->global_limit->waiting()));
+  if (snap) {
+    auto add_limit = [&](const exec::Semaphore* sem, std::size_t cap, Labels labels) {
+      if (sem == nullptr) return;
+      Families::add(inflight, labels, static_cast<double>(cap) - static_cast<double>(sem->available()));
+      Families::add(queued, std::move(labels), static_cast<double>(sem->waiting()));
+    };
+    add_limit(snap->global_limit.get(), snap->config->limits.max_concurrent_requests, {{"scope", "global"}});
+    for (std::size_t i = 0; i < snap->route_limits.size(); ++i) {
+      const auto& r = snap->config->routes[i];
+      add_limit(snap->route_limits[i].get(), r.max_concurrent_requests, {{"route", r.name}, {"scope", "route"}});
+    }
+    for (const auto& [name, sem] : snap->cluster_limits) {
+      const auto* c = snap->config->find_cluster(name);
+      add_limit(sem.get(), c ? c->max_concurrent_requests : 0, {{"cluster", name}, {"scope", "cluster"}});
+    }
   }
+  auto& shedding = fs.family("stealgate_admission_shedding",
+                             "1 while adaptive shedding refuses requests instead of queueing them, by signal.",
+                             MetricType::Gauge);
+  proxy::LoadShedder& sh = gw.shedder();
+  Families::add(shedding, {{"signal", "queue_sojourn"}}, sh.sojourn.shedding() ? 1 : 0);
+  Families::add(shedding, {{"signal", "scheduling_delay"}}, sh.scheduling.shedding() ? 1 : 0);
+  auto& episodes = fs.family("stealgate_admission_shedding_episodes_total",
+                             "Times adaptive shedding started, by signal.", MetricType::Counter);
+  Families::add(episodes, {{"signal", "queue_sojourn"}}, static_cast<double>(sh.sojourn.times_entered()));
+  Families::add(episodes, {{"signal", "scheduling_delay"}}, static_cast<double>(sh.scheduling.times_entered()));
   auto& rejected = fs.family("stealgate_admission_rejected_total", "Requests refused with 503 by admission control.",
                              MetricType::Counter);
   static const char* scopes[] = {"global", "route", "cluster"};

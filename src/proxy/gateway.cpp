@@ -1,5 +1,6 @@
 #include "proxy/gateway.h"
 
+#include <algorithm>
 #include <ctime>
 
 #include "common/log.h"
@@ -25,6 +26,41 @@ Gateway::~Gateway() {
   abort_sessions();
   wait_drained(std::chrono::milliseconds(5000));
   health_.stop();
+  if (delay_probe_.valid()) {
+    delay_probe_.cancel();
+    delay_probe_.wait();
+  }
+}
+
+namespace {
+
+// Measures the executor's scheduling delay: how long a task that became runnable waits in
+// a run queue before it runs (yield_now puts it at the back of its worker's queue).
+exec::Task<void> scheduling_delay_probe(LoadShedder& shedder, std::chrono::milliseconds period) {
+  for (;;) {
+    co_await io::sleep_for(period);
+    auto t0 = std::chrono::steady_clock::now();
+    co_await exec::yield_now();
+    auto now = std::chrono::steady_clock::now();
+    shedder.scheduling.observe(now - t0, now);
+  }
+}
+
+}  // namespace
+
+void Gateway::apply_shedding(const config::LimitsSection& lim) {
+  shedder_.configure(lim.shed_target, lim.shed_interval);
+  if (lim.shed_target.count() == 0) {
+    if (delay_probe_.valid()) delay_probe_.cancel();  // the probe is not needed
+    delay_probe_ = {};
+    return;
+  }
+  if (delay_probe_.valid()) delay_probe_.cancel();
+  // A few samples per interval, so that "above target for the whole interval" is a
+  // statement about several of them.
+  auto period = std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(lim.shed_interval) / 5,
+                           std::chrono::milliseconds(1), std::chrono::milliseconds(20));
+  delay_probe_ = rt_.handle().spawn(scheduling_delay_probe(shedder_, period));
 }
 
 void Gateway::publish_listeners() {
@@ -167,6 +203,7 @@ std::string Gateway::start(std::shared_ptr<const config::Config> cfg) {
   }
   publish_listeners();
   health_.start(snap->clusters);
+  apply_shedding(cfg->limits);
   ready_.store(true, std::memory_order_release);
   return "";
 }
@@ -208,6 +245,7 @@ std::string Gateway::reload(std::shared_ptr<const config::Config> cfg) {
   }
   publish_listeners();
   health_.start(snap->clusters);
+  apply_shedding(cfg->limits);
   stats_.reloads_ok.fetch_add(1, std::memory_order_relaxed);
   stats_.last_reload_success_unix.store(static_cast<int64_t>(std::time(nullptr)), std::memory_order_relaxed);
   return "";

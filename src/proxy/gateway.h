@@ -31,6 +31,7 @@
 #include "exec/semaphore.h"
 #include "io/reactor.h"
 #include "io/tcp.h"
+#include "proxy/load_shedder.h"
 #include "proxy/stats.h"
 #include "routing/route_table.h"
 #include "upstream/cluster.h"
@@ -96,6 +97,7 @@ class Gateway {
   bool draining() const { return draining_.load(std::memory_order_acquire); }
   bool ready() const { return ready_.load(std::memory_order_acquire) && !draining(); }
   GatewayStats& stats() { return stats_; }
+  LoadShedder& shedder() { return shedder_; }
   io::Runtime& runtime() { return rt_; }
   std::size_t active_sessions() const;
   // Bound ports by listener address (for tests and logs; port 0 in the config = picked).
@@ -112,6 +114,7 @@ class Gateway {
   std::string bind_listener(const config::ListenerSection& l, std::shared_ptr<ListenerState>& out);
   void start_accepting(const std::shared_ptr<ListenerState>& ls);
   void stop_listener(const std::shared_ptr<ListenerState>& ls);
+  void apply_shedding(const config::LimitsSection& lim);
 
   io::Runtime& rt_;
   std::atomic<std::shared_ptr<const Snapshot>> snap_;
@@ -123,6 +126,8 @@ class Gateway {
   std::atomic<bool> draining_{false};
   std::atomic<bool> ready_{false};
   GatewayStats stats_;
+  LoadShedder shedder_;
+  exec::JoinHandle<void> delay_probe_;  // samples scheduling delay while shedding is on
 
   mutable std::mutex control_mu_;  // start/reload/drain (control thread operations)
   std::map<std::string, std::shared_ptr<ListenerState>> listeners_;  // by listener_key

@@ -67,16 +67,19 @@ class QueueWait final : public exec::WaitTimeout {
   io::TcpStream& client_;
 };
 
-enum class Admit { kAdmitted, kQueueFull, kTimeout, kClientGone };
+enum class Admit { kAdmitted, kQueueFull, kTimeout, kShed, kClientGone };
 
-// Takes a permit from `sem` (if any), waiting in its queue until `queue_timeout`.
+// Takes a permit from `sem` (if any), waiting in its queue until `queue_timeout`; while
+// `shedding`, refuses instead of waiting (see proxy/load_shedder.h).
 exec::Task<Admit> admit(exec::Semaphore* sem, exec::Semaphore::Permit& permit, asio::io_context& ioc,
-                        io::TcpStream& client, io::Clock::duration queue_timeout, AdmissionStats& st) {
+                        io::TcpStream& client, io::Clock::duration queue_timeout, bool shedding,
+                        AdmissionStats& st) {
   if (sem == nullptr) co_return Admit::kAdmitted;
   if (sem->try_acquire()) {
     permit = exec::Semaphore::Permit(sem);
     co_return Admit::kAdmitted;
   }
+  if (shedding) co_return Admit::kShed;
   auto t0 = io::Clock::now();
   io::Deadline dl{t0 + queue_timeout};
   bool watch_client = true;
@@ -182,19 +185,36 @@ exec::Task<Handled> handle_request(Gateway& gw, const std::shared_ptr<const Snap
       {snap->route_limits[route->index].get(), &per_route, Scope::kRoute},
       {cl_it == snap->cluster_limits.end() ? nullptr : cl_it->second.get(), &per_cluster, Scope::kCluster},
   };
+  LoadShedder& shedder = gw.shedder();
+  const bool shedding = shedder.shedding();
+  const auto admission_start = io::Clock::now();
+  bool limited = false;
   for (const Level& lv : levels) {
-    Admit a = co_await admit(lv.sem, *lv.permit, ioc, client, lim.queue_timeout, ast);
+    limited = limited || lv.sem != nullptr;
+    Admit a = co_await admit(lv.sem, *lv.permit, ioc, client, lim.queue_timeout, shedding, ast);
     if (a == Admit::kAdmitted) continue;
     if (a == Admit::kClientGone) {
       ctx.note = "client closed while queued";
       co_return Handled{false};
     }
-    ast.reject(lv.scope, a == Admit::kQueueFull ? RejectReason::kQueueFull : RejectReason::kQueueTimeout);
+    RejectReason why = a == Admit::kQueueFull ? RejectReason::kQueueFull
+                       : a == Admit::kShed    ? RejectReason::kShed
+                                              : RejectReason::kQueueTimeout;
+    if (why == RejectReason::kShed) shedder.note_refused(io::Clock::now());
+    ast.reject(lv.scope, why);
     LocalReply lr;
     lr.status = 503;
     lr.headers.emplace_back("Retry-After", std::to_string(lim.retry_after_seconds));
-    ctx.note = a == Admit::kQueueFull ? "admission queue full" : "admission queue timeout";
+    ctx.note = why == RejectReason::kQueueFull ? "admission queue full"
+               : why == RejectReason::kShed    ? "shed (standing admission queue or scheduling delay)"
+                                               : "admission queue timeout";
     co_return co_await local(lr);
+  }
+  if (limited) {
+    // The admitted request's queue sojourn (0 when every permit was free) drives the
+    // shedder's standing-queue detector.
+    auto now = io::Clock::now();
+    shedder.sojourn.observe(now - admission_start, now);
   }
 
   Downstream down{client, reader, lcfg, gw.draining()};

@@ -1,0 +1,312 @@
+"""Admission control through the real binary: concurrency limits (global, route, cluster),
+the bounded FIFO queue, 503 + Retry-After on a full queue or an expired wait (with no
+upstream request), clients leaving the queue, permits released on error paths, adaptive
+shedding, and the per-listener connection limit."""
+import os
+import socket
+import statistics
+import sys
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import Client, Stealgate, Upstream, config, main, request_once  # noqa: E402
+
+
+def limited_config(up, route_limit=0, cluster_limit=0, global_limit=10000, queue=2, timeout="5s",
+                   shed="", listener_extra=""):
+    return config(
+        listeners="  - name: public\n    address: 127.0.0.1:0\n" + listener_extra,
+        clusters=f"""  - name: app
+    endpoints: [{up.address}]
+    max_concurrent_requests: {cluster_limit}
+""",
+        routes=f"""  - name: slow
+    match: {{ path_prefix: / }}
+    cluster: app
+    max_concurrent_requests: {route_limit}
+""",
+        extra=f"""limits:
+  max_concurrent_requests: {global_limit}
+  max_queued_requests: {queue}
+  queue_timeout: {timeout}
+  retry_after: 7s
+{shed}""")
+
+
+class Call(threading.Thread):
+    """One request on its own connection, in the background; records status and timing."""
+
+    def __init__(self, port, path):
+        super().__init__(daemon=True)
+        self.port, self.path = port, path
+        self.status = None
+        self.retry_after = None
+        self.elapsed = None
+        self.start()
+
+    def run(self):
+        t0 = time.monotonic()
+        try:
+            status, headers, _ = request_once(self.port, "GET", self.path)
+            self.status = status
+            self.retry_after = dict((k.lower(), v) for k, v in headers).get("retry-after")
+        except OSError as e:
+            self.status = repr(e)
+        self.elapsed = time.monotonic() - t0
+
+
+def upstream_ids(up):
+    return [r["target"].split("id=")[1] for r in up.log() if "id=" in r["target"]]
+
+
+class GatewayCase(unittest.TestCase):
+    def gateway(self, yaml_text):
+        gw = Stealgate(yaml_text)
+        self.addCleanup(gw.stop)
+        return gw
+
+    def wait_queued(self, gw, n, **labels):
+        gw.wait_for(lambda: gw.metric("stealgate_admission_queued", **labels) == n, 5,
+                    f"{n} queued requests ({labels})")
+
+
+class QueueTest(GatewayCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.up = Upstream("slow")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.up.stop()
+
+    def setUp(self):
+        self.up.clear_log()
+
+    def test_full_queue_gets_503_with_retry_after_at_once_and_never_reaches_upstream(self):
+        gw = self.gateway(limited_config(self.up, route_limit=2, queue=2))
+        busy = [Call(gw.port, f"/slow?ms=1500&id=busy{i}") for i in range(2)]
+        gw.wait_for(lambda: gw.metric("stealgate_admission_in_flight", scope="route") == 2, 5, "2 in flight")
+        queued = [Call(gw.port, f"/slow?ms=10&id=queued{i}") for i in range(2)]
+        self.wait_queued(gw, 2, scope="route")
+        t0 = time.monotonic()
+        status, headers, _ = request_once(gw.port, "GET", "/slow?ms=10&id=rejected")
+        elapsed = time.monotonic() - t0
+        self.assertEqual(status, 503)
+        self.assertEqual(dict((k.lower(), v) for k, v in headers).get("retry-after"), "7")
+        self.assertLess(elapsed, 0.5, "a full queue must refuse at once, not after a wait")
+        for c in busy + queued:
+            c.join(10)
+        # The queued requests were admitted when the busy ones freed their permits.
+        self.assertEqual([c.status for c in busy + queued], [200] * 4)
+        self.assertGreater(min(c.elapsed for c in queued), 1.0, "queued requests waited for a permit")
+        ids = upstream_ids(self.up)
+        self.assertNotIn("rejected", ids)
+        self.assertEqual(sorted(ids), sorted(["busy0", "busy1", "queued0", "queued1"]))
+        self.assertEqual(gw.metric("stealgate_admission_rejected_total", reason="queue_full", scope="route"), 1)
+        self.assertEqual(gw.metric("stealgate_admission_in_flight", scope="route"), 0)
+        self.assertEqual(gw.metric("stealgate_admission_queued", scope="route"), 0)
+        self.assertGreaterEqual(gw.metric("stealgate_admission_wait_seconds_count"), 2)
+
+    def test_queue_timeout_gets_503_after_the_wait_and_never_reaches_upstream(self):
+        gw = self.gateway(limited_config(self.up, route_limit=1, queue=5, timeout="300ms"))
+        busy = Call(gw.port, "/slow?ms=2000&id=busy")
+        gw.wait_for(lambda: gw.metric("stealgate_admission_in_flight", scope="route") == 1, 5, "1 in flight")
+        t0 = time.monotonic()
+        status, headers, _ = request_once(gw.port, "GET", "/slow?ms=10&id=timedout")
+        elapsed = time.monotonic() - t0
+        self.assertEqual(status, 503)
+        self.assertEqual(dict((k.lower(), v) for k, v in headers).get("retry-after"), "7")
+        self.assertGreaterEqual(elapsed, 0.28)
+        self.assertLess(elapsed, 1.5)
+        busy.join(10)
+        self.assertEqual(busy.status, 200)
+        self.assertNotIn("timedout", upstream_ids(self.up))
+        self.assertEqual(gw.metric("stealgate_admission_rejected_total", reason="queue_timeout", scope="route"), 1)
+
+    def test_waiters_are_admitted_in_fifo_order(self):
+        gw = self.gateway(limited_config(self.up, route_limit=1, queue=10))
+        busy = Call(gw.port, "/slow?ms=800&id=busy")
+        gw.wait_for(lambda: gw.metric("stealgate_admission_in_flight", scope="route") == 1, 5, "1 in flight")
+        waiters = []
+        for i in range(5):
+            waiters.append(Call(gw.port, f"/slow?ms=1&id=w{i}"))
+            self.wait_queued(gw, i + 1, scope="route")
+        for c in [busy] + waiters:
+            c.join(10)
+        self.assertEqual([c.status for c in waiters], [200] * 5)
+        self.assertEqual(upstream_ids(self.up), ["busy", "w0", "w1", "w2", "w3", "w4"])
+
+    def test_client_that_disconnects_while_queued_leaves_the_queue(self):
+        gw = self.gateway(limited_config(self.up, route_limit=1, queue=1))
+        busy = Call(gw.port, "/slow?ms=1500&id=busy")
+        gw.wait_for(lambda: gw.metric("stealgate_admission_in_flight", scope="route") == 1, 5, "1 in flight")
+        c = Client(gw.port)
+        c.send(b"GET /slow?ms=1&id=gone HTTP/1.1\r\nHost: test.local\r\n\r\n")
+        self.wait_queued(gw, 1, scope="route")
+        c.close()
+        # It leaves the queue long before the busy request frees the permit...
+        self.wait_queued(gw, 0, scope="route")
+        # ...so the one queue slot is free again for someone else.
+        nxt = Call(gw.port, "/slow?ms=1&id=next")
+        busy.join(10)
+        nxt.join(10)
+        self.assertEqual((busy.status, nxt.status), (200, 200))
+        ids = upstream_ids(self.up)
+        self.assertNotIn("gone", ids)
+        self.assertEqual(ids, ["busy", "next"])
+
+    def test_permits_are_released_on_upstream_error_paths(self):
+        gw = self.gateway(limited_config(self.up, route_limit=1, queue=0, timeout="100ms"))
+        for path in ["/reset-mid-body", "/garbage", "/conflicting-cl", "/status/500", "/close-delimited"]:
+            try:
+                request_once(gw.port, "GET", path)
+            except (OSError, EOFError):
+                pass  # a reset mid-body closes the client connection, as it must
+        gw.wait_for(lambda: gw.metric("stealgate_admission_in_flight", scope="route") == 0, 5, "no permit held")
+        # With limit 1 and no queue, a leaked permit would make this a 503.
+        for _ in range(3):
+            status, _, _ = request_once(gw.port, "GET", "/slow?ms=1")
+            self.assertEqual(status, 200)
+        self.assertEqual(gw.metric("stealgate_admission_rejected_total", reason="queue_full", scope="route"), 0)
+
+
+class ScopeTest(GatewayCase):
+    """Each scope refuses on its own and is labelled as such."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.up = Upstream("slow")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.up.stop()
+
+    def check_scope(self, scope, **limits):
+        gw = self.gateway(limited_config(self.up, queue=0, **limits))
+        busy = Call(gw.port, "/slow?ms=1000")
+        gw.wait_for(lambda: gw.metric("stealgate_admission_in_flight", scope=scope) == 1, 5, "1 in flight")
+        status, _, _ = request_once(gw.port, "GET", "/slow?ms=1")
+        self.assertEqual(status, 503)
+        busy.join(10)
+        self.assertEqual(busy.status, 200)
+        self.assertEqual(gw.metric("stealgate_admission_rejected_total", reason="queue_full", scope=scope), 1)
+        status, _, _ = request_once(gw.port, "GET", "/slow?ms=1")
+        self.assertEqual(status, 200, "the permit came back")
+
+    def test_global_limit(self):
+        self.check_scope("global", global_limit=1)
+
+    def test_route_limit(self):
+        self.check_scope("route", route_limit=1)
+
+    def test_cluster_limit(self):
+        self.check_scope("cluster", cluster_limit=1)
+
+
+class SheddingTest(GatewayCase):
+    def test_standing_queue_switches_to_fast_refusal(self):
+        up = Upstream("slow")
+        self.addCleanup(up.stop)
+        shed = "  shed_target: 50ms\n  shed_interval: 200ms\n"
+        gw = self.gateway(limited_config(up, route_limit=2, queue=50, timeout="10s", shed=shed))
+        stop = time.monotonic() + 3.0
+        results = []  # (start offset, status, latency)
+        lock = threading.Lock()
+        t_begin = time.monotonic()
+
+        def client():
+            while time.monotonic() < stop:
+                t0 = time.monotonic()
+                try:
+                    status, _, _ = request_once(gw.port, "GET", "/slow?ms=200")
+                except OSError:
+                    status = None
+                with lock:
+                    results.append((t0 - t_begin, status, time.monotonic() - t0))
+                if status != 200:
+                    time.sleep(0.02)
+
+        threads = [threading.Thread(target=client, daemon=True) for _ in range(12)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(20)
+        self.assertNotIn(None, [s for _, s, _ in results], "no transport errors")
+        self.assertGreaterEqual(gw.metric("stealgate_admission_shedding_episodes_total", signal="queue_sojourn"), 1)
+        self.assertGreater(gw.metric("stealgate_admission_rejected_total", reason="shed", scope="route"), 0)
+        # Without shedding, 12 clients on 2 permits x 200 ms keep a standing queue of 10 and
+        # every 2xx takes ~1.2 s. Once shedding has started, admitted requests skip the queue.
+        late_ok = [lat for start, s, lat in results if s == 200 and start > 1.5]
+        self.assertGreater(len(late_ok), 5)
+        self.assertLess(statistics.median(late_ok), 0.7, f"2xx latencies after shedding began: {late_ok}")
+        self.assertEqual(gw.metric("stealgate_admission_in_flight", scope="route"), 0)
+
+    def test_shedding_off_keeps_queueing(self):
+        up = Upstream("slow")
+        self.addCleanup(up.stop)
+        gw = self.gateway(limited_config(up, route_limit=1, queue=10, timeout="10s"))
+        calls = [Call(gw.port, "/slow?ms=150") for _ in range(6)]
+        for c in calls:
+            c.join(15)
+        self.assertEqual([c.status for c in calls], [200] * 6)
+        self.assertEqual(gw.metric("stealgate_admission_rejected_total", reason="shed", scope="route"), 0)
+        self.assertEqual(gw.metric("stealgate_admission_shedding_episodes_total", signal="queue_sojourn"), 0)
+
+
+class ConnectionLimitTest(GatewayCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.up = Upstream("fast")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.up.stop()
+
+    def open_served(self, gw, n):
+        clients = []
+        for _ in range(n):
+            c = Client(gw.port)
+            self.assertEqual(c.request("GET", "/slow?ms=1").status, 200)
+            clients.append(c)
+        return clients
+
+    def test_reject_mode_answers_503_and_closes(self):
+        gw = self.gateway(limited_config(self.up, listener_extra="    max_connections: 2\n"))
+        held = self.open_served(gw, 2)
+        extra = Client(gw.port)
+        r = extra.read_response()
+        self.assertEqual(r.status, 503)
+        self.assertIsNotNone(r.header("Retry-After"))
+        self.assertTrue(extra.closed_by_peer())
+        self.assertEqual(gw.metric("stealgate_downstream_connections_rejected_total", listener="public"), 1)
+        # Held connections keep working; once one closes there is room again.
+        self.assertEqual(held[0].request("GET", "/slow?ms=1").status, 200)
+        held[1].close()
+        gw.wait_for(lambda: gw.metric("stealgate_downstream_connections_active", listener="public") == 1, 5,
+                    "the closed connection counted out")
+        status, _, _ = request_once(gw.port, "GET", "/slow?ms=1")
+        self.assertEqual(status, 200)
+        held[0].close()
+        extra.close()
+
+    def test_backlog_mode_holds_excess_connections_until_a_slot_frees(self):
+        gw = self.gateway(limited_config(
+            self.up, listener_extra="    max_connections: 2\n    on_max_connections: backlog\n"))
+        held = self.open_served(gw, 2)
+        waiting = Client(gw.port, timeout=10)  # the kernel completes the handshake (backlog)
+        waiting.send(b"GET /slow?ms=1 HTTP/1.1\r\nHost: test.local\r\n\r\n")
+        waiting.sock.settimeout(0.5)
+        with self.assertRaises(socket.timeout):
+            waiting.sock.recv(1)  # not accepted yet: no answer
+        held[0].close()
+        waiting.sock.settimeout(10)
+        self.assertEqual(waiting.read_response().status, 200)
+        self.assertEqual(gw.metric("stealgate_downstream_connections_rejected_total", listener="public"), 0)
+        held[1].close()
+        waiting.close()
+
+
+if __name__ == "__main__":
+    main()
