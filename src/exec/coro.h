@@ -1,7 +1,7 @@
 // Coroutine tasks.
 //
 // Task<T> is a lazily started coroutine. Awaiting a Task<T> from another coroutine runs it
-// inline (symmetric transfer), so a spawned root coroutine and everything it awaits form
+// inline (see Task::operator co_await for how the stack stays bounded), so a spawned root coroutine and everything it awaits form
 // one executor task, like a Rust future tree. A root is wrapped in a CoroTask: the task
 // header, the resume point ("leaf": the innermost suspended coroutine) and a wait token.
 //
@@ -206,6 +206,9 @@ namespace detail {
 struct PromiseBase {
   std::coroutine_handle<> continuation;
   std::exception_ptr error;
+  // True while the awaiting coroutine is inside Task's await_suspend, running this one
+  // inline. Only the task's own poll touches it (one thread at a time), so it is plain.
+  bool started_inline = false;
 
   static void* operator new(std::size_t n) { return task_alloc(n); }
   static void operator delete(void* p, std::size_t n) noexcept { task_free(p, n); }
@@ -216,7 +219,11 @@ struct PromiseBase {
     bool await_ready() const noexcept { return false; }
     template <class P>
     std::coroutine_handle<> await_suspend(std::coroutine_handle<P> h) const noexcept {
-      std::coroutine_handle<> c = h.promise().continuation;
+      auto& p = h.promise();
+      // Completed without ever suspending: return to the awaiter's await_suspend, which
+      // continues the parent without a nested resume.
+      if (p.started_inline) return std::noop_coroutine();
+      std::coroutine_handle<> c = p.continuation;
       return c ? c : std::noop_coroutine();
     }
     void await_resume() const noexcept {}
@@ -277,13 +284,27 @@ class [[nodiscard]] Task {
   }
 
   // Runs the task inline in the awaiting coroutine's executor task.
+  //
+  // Why not plain symmetric transfer (return h from await_suspend): it needs the compiler
+  // to turn each resume into a tail call, which GCC does not under ASan or -O0. A loop
+  // whose awaited tasks complete synchronously (a body relay with data always ready)
+  // would then nest one frame pair per iteration and overflow the stack. Here a child
+  // that finishes without suspending returns to this await_suspend (final_suspend sees
+  // started_inline) and the parent continues with `return false`: constant stack.
+  // A child that really suspended resumes the parent from its final_suspend later; that
+  // nesting lasts only until the next real suspension.
   auto operator co_await() && noexcept {
     struct Awaiter {
       handle_type h;
       bool await_ready() const noexcept { return !h || h.done(); }
-      std::coroutine_handle<> await_suspend(std::coroutine_handle<> cont) const noexcept {
-        h.promise().continuation = cont;
-        return h;
+      bool await_suspend(std::coroutine_handle<> cont) const noexcept {
+        auto& p = h.promise();
+        p.continuation = cont;
+        p.started_inline = true;
+        h.resume();
+        if (h.done()) return false;  // completed inline: continue the parent now
+        p.started_inline = false;    // suspended: it resumes `cont` when it completes
+        return true;
       }
       T await_resume() const { return h.promise().take(); }
     };
