@@ -30,6 +30,13 @@ struct ThreadContext {
 // Constant-initialised, so access compiles to a plain TLS load (no wrapper call).
 inline thread_local ThreadContext tl_ctx;
 
+// Marks the running coroutine task as serving admitted work (or not any more): while set,
+// its wake-ups are queued in the worker's priority lane, ahead of ordinary work (see
+// worker.cpp). A gateway sets it once a request holds its admission permits, so that the
+// responses of admitted requests are not stuck behind a flood of new requests. No-op
+// outside a task.
+void set_current_task_priority(bool on) noexcept;
+
 // Spends one unit of the running task's budget. False means the budget is exhausted: the
 // caller must make the task yield (after completing its operation, if it did).
 inline bool coop_proceed() noexcept {

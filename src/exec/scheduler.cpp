@@ -93,7 +93,7 @@ void Scheduler::notify_parked() {
 
 void Scheduler::notify_if_work_pending() {
   for (auto& w : workers_) {
-    if (!w->stealer().is_empty()) {
+    if (!w->stealer().is_empty() || !w->priority_stealer().is_empty()) {
       notify_parked();
       return;
     }

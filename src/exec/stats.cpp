@@ -19,6 +19,7 @@ void PublishedWorkerStats::publish(const WorkerCounters& c) {
   overflows.store(c.overflows, r);
   lifo_hits.store(c.lifo_hits, r);
   lifo_capped.store(c.lifo_capped, r);
+  priority_schedules.store(c.priority_schedules, r);
   forced_yields.store(c.forced_yields, r);
   parks.store(c.parks, r);
   unparks.store(c.unparks, r);
@@ -38,6 +39,7 @@ WorkerCounters PublishedWorkerStats::load() const {
   c.local_schedules = local_schedules.load(r);
   c.remote_polled = remote_polled.load(r);
   c.steals = steals.load(r);
+  c.priority_schedules = priority_schedules.load(r);
   c.steal_operations = steal_operations.load(r);
   c.overflows = overflows.load(r);
   c.lifo_hits = lifo_hits.load(r);
@@ -66,6 +68,7 @@ WorkerCounters RuntimeStats::total() const {
     t.overflows += w.overflows;
     t.lifo_hits += w.lifo_hits;
     t.lifo_capped += w.lifo_capped;
+    t.priority_schedules += w.priority_schedules;
     t.forced_yields += w.forced_yields;
     t.parks += w.parks;
     t.unparks += w.unparks;

@@ -45,6 +45,7 @@ struct WorkerCounters {
   uint64_t overflows = 0;          // times half the local queue moved to the injection queue
   uint64_t lifo_hits = 0;          // polls of a task taken from the LIFO slot
   uint64_t lifo_capped = 0;        // ticks where the LIFO slot hit max_lifo_polls_per_tick
+  uint64_t priority_schedules = 0; // wake-ups queued in the priority lane
   uint64_t forced_yields = 0;      // yields forced by an exhausted coop budget
   uint64_t parks = 0;              // times the worker went to sleep
   uint64_t unparks = 0;            // times it woke up
@@ -58,7 +59,7 @@ struct WorkerCounters {
 // One worker's published copy (cache-line aligned so workers never share a line).
 struct alignas(64) PublishedWorkerStats {
   std::atomic<uint64_t> polls{0}, local_schedules{0}, remote_polled{0}, steals{0},
-      steal_operations{0}, overflows{0}, lifo_hits{0}, lifo_capped{0}, forced_yields{0},
+      steal_operations{0}, overflows{0}, lifo_hits{0}, lifo_capped{0}, priority_schedules{0}, forced_yields{0},
       parks{0}, unparks{0}, driver_polls{0}, busy_ns{0}, local_queue_depth{0},
       global_queue_interval{0};
   std::array<std::atomic<uint64_t>, kDelayBuckets> delay_buckets{};

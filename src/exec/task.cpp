@@ -4,6 +4,15 @@
 
 namespace sg::exec {
 
+void set_current_task_priority(bool on) noexcept {
+  CoroTaskBase* t = tl_ctx.current;
+  if (t == nullptr) return;
+  // Relaxed: a hint read by whoever schedules the task next; a wake racing with the
+  // change may use either lane, both are correct.
+  if (on) t->state.fetch_or(task_state::kPriority, std::memory_order_relaxed);
+  else t->state.fetch_and(~task_state::kPriority, std::memory_order_relaxed);
+}
+
 void complete_task(JoinableTask* t) noexcept {
   using namespace task_state;
   // RUNNING -> COMPLETE in one RMW; acq_rel publishes the output to the joiner.

@@ -61,7 +61,10 @@ inline constexpr uint32_t kCancelled = 1u << 3;
 inline constexpr uint32_t kJoinInterest = 1u << 4;
 inline constexpr uint32_t kJoinWaiter = 1u << 5;
 inline constexpr uint32_t kBlockingWaiter = 1u << 6;
-inline constexpr uint32_t kRefOne = 1u << 7;
+// The task serves admitted work (set_current_task_priority): its wake-ups go to the
+// worker's priority lane. Set and cleared only by the task itself while it runs.
+inline constexpr uint32_t kPriority = 1u << 7;
+inline constexpr uint32_t kRefOne = 1u << 8;
 inline constexpr uint32_t kRefMask = ~(kRefOne - 1);
 }  // namespace task_state
 

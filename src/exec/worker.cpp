@@ -4,10 +4,12 @@
 //   1. Every event_interval ticks: poll the I/O driver without blocking (if no other
 //      worker holds it), publish stats, notice shutdown.
 //   2. next_task(): every global_queue_interval ticks the injection queue first (fairness:
-//      remote work cannot starve behind local ping-pong); otherwise LIFO slot, local queue,
+//      remote work cannot starve behind local ping-pong); otherwise the priority lane (at
+//      most kMaxPriorityStreak in a row while other work waits), LIFO slot, local queue,
 //      then a batch from the injection queue (its fair share, at most half our capacity).
 //   3. steal_work(): become a searcher (at most half the workers at once), steal half of a
-//      random victim's queue, finally look at the injection queue once more.
+//      random victim's priority lane, else of its queue; finally look at the injection
+//      queue once more.
 //   4. park(): register as sleeping (the last searcher re-checks every queue), then sleep
 //      on the condvar, or in the I/O driver if no other worker is driving it.
 // run_task() polls a task, then up to max_lifo_polls_per_tick tasks from the LIFO slot
@@ -39,6 +41,9 @@ namespace {
 // One in kDelaySampleEvery schedules is timestamped for the scheduling-delay histogram:
 // two clock reads per sampled task instead of per task.
 constexpr uint32_t kDelaySampleEvery = 16;
+// Priority-lane polls in a row before one ordinary task gets its turn: admitted work goes
+// first, but a stream of it cannot starve everything else.
+constexpr uint32_t kMaxPriorityStreak = 32;
 constexpr double kPollTimeEwmaAlpha = 0.1;
 }  // namespace
 
@@ -50,6 +55,7 @@ Worker::Worker(Scheduler* scheduler, std::size_t index)
       global_queue_interval_(cfg_.global_queue_interval),
       rand_(static_cast<uint32_t>(0x9E3779B9u * (index + 1))),
       stealer_(run_queue_.stealer()),
+      priority_stealer_(priority_queue_.stealer()),
       parker_(&scheduler->shared_driver()) {
   poll_time_ewma_ns_ =
       static_cast<double>(kTargetGlobalQueueIntervalTime.count()) / cfg_.global_queue_interval;
@@ -125,7 +131,11 @@ void Worker::schedule_local(TaskHeader* t, ScheduleKind kind) {
   ++counters_.local_schedules;
   if (++sample_counter_ % kDelaySampleEvery == 0) t->ready_ns = now_ns();
   const bool in_driver = tl_ctx.in_driver;
-  if (kind == ScheduleKind::kWake && lifo_enabled_ && !in_driver) {
+  if (kind != ScheduleKind::kYield && (t->state.load(std::memory_order_relaxed) & task_state::kPriority)) {
+    // A wake-up of admitted work (a yield is not: a hogging task waits like any other).
+    ++counters_.priority_schedules;
+    priority_queue_.push_back_or_overflow(t, scheduler_->inject(), &counters_);
+  } else if (kind == ScheduleKind::kWake && lifo_enabled_ && !in_driver) {
     // The LIFO slot: the woken task runs next. Its previous occupant goes to the queue.
     TaskHeader* prev = lifo_;
     lifo_ = t;
@@ -160,7 +170,15 @@ TaskHeader* Worker::next_task() {
     }
     return next_local_task();
   }
+  if (priority_streak_ < kMaxPriorityStreak || (lifo_ == nullptr && !run_queue_.has_tasks())) {
+    if (TaskHeader* t = priority_queue_.pop()) {
+      ++priority_streak_;
+      return t;
+    }
+  }
+  priority_streak_ = 0;
   if (TaskHeader* t = next_local_task()) return t;
+  if (TaskHeader* t = priority_queue_.pop()) return t;  // streak cap hit, nothing else local
   if (inject.is_empty()) return nullptr;
 
   // Local queue empty: take our share of the injection queue in one lock acquisition,
@@ -186,9 +204,9 @@ TaskHeader* Worker::steal_work() {
     for (std::size_t i = 0; i < n; ++i) {
       std::size_t victim = (start + i) % n;
       if (victim == index_) continue;
-      if (TaskHeader* t = scheduler_->worker(victim).stealer().steal_into(run_queue_, &counters_)) {
-        return t;
-      }
+      Worker& v = scheduler_->worker(victim);
+      if (TaskHeader* t = v.priority_stealer().steal_into(priority_queue_, &counters_)) return t;
+      if (TaskHeader* t = v.stealer().steal_into(run_queue_, &counters_)) return t;
     }
   }
   // Nothing to steal: one last look at the injection queue.
@@ -259,11 +277,11 @@ void Worker::run_task(TaskHeader* t) {
 bool Worker::should_notify_others() const {
   // A searcher will find surplus work itself; otherwise share when we hold more than one.
   if (is_searching_) return false;
-  return (lifo_ != nullptr ? 1u : 0u) + run_queue_.len() > 1;
+  return (lifo_ != nullptr ? 1u : 0u) + priority_queue_.len() + run_queue_.len() > 1;
 }
 
 bool Worker::transition_to_parked() {
-  if (lifo_ != nullptr || run_queue_.has_tasks()) return false;
+  if (has_local_work()) return false;
   bool last_searcher = scheduler_->idle().transition_worker_to_parked(index_, is_searching_);
   is_searching_ = false;
   if (last_searcher) scheduler_->notify_if_work_pending();
@@ -272,7 +290,7 @@ bool Worker::transition_to_parked() {
 
 bool Worker::transition_from_parked() {
   Idle& idle = scheduler_->idle();
-  if (lifo_ != nullptr || run_queue_.has_tasks()) {
+  if (has_local_work()) {
     // Woken by our own I/O completions: searching only if someone else also woke us.
     is_searching_ = !idle.unpark_worker_by_id(index_);
     return true;
@@ -321,7 +339,7 @@ void Worker::maintenance() {
 }
 
 void Worker::publish_stats(uint64_t /*now*/) {
-  counters_.local_queue_depth = run_queue_.len();
+  counters_.local_queue_depth = run_queue_.len() + priority_queue_.len();
   counters_.global_queue_interval = global_queue_interval_;
   published_.publish(counters_);
 }

@@ -47,6 +47,7 @@ class Worker {
 
   Parker& parker() { return parker_; }
   const Stealer<TaskHeader>& stealer() const { return stealer_; }
+  const Stealer<TaskHeader>& priority_stealer() const { return priority_stealer_; }
   const PublishedWorkerStats& published() const { return published_; }
   std::size_t index() const { return index_; }
 
@@ -57,6 +58,7 @@ class Worker {
       lifo_ = nullptr;
       drop(t);
     }
+    while (TaskHeader* t = priority_queue_.pop()) drop(t);
     while (TaskHeader* t = run_queue_.pop()) drop(t);
   }
 
@@ -81,6 +83,7 @@ class Worker {
   void tune_global_queue_interval();
   void publish_stats(uint64_t now);
   void push_back(TaskHeader* t);
+  bool has_local_work() const { return lifo_ != nullptr || priority_queue_.has_tasks() || run_queue_.has_tasks(); }
 
   Scheduler* const scheduler_;
   const std::size_t index_;
@@ -88,6 +91,11 @@ class Worker {
 
   // --- core: touched only by this worker's thread (and by shutdown after join) ---
   LocalQueue<TaskHeader> run_queue_;
+  // Priority lane: wake-ups of tasks marked with set_current_task_priority (admitted
+  // requests). Same ring and protocol as run_queue_ (stealable); polled before it, at most
+  // kMaxPriorityStreak times in a row while ordinary work waits.
+  LocalQueue<TaskHeader> priority_queue_;
+  uint32_t priority_streak_ = 0;
   TaskHeader* lifo_ = nullptr;
   bool lifo_enabled_;
   bool is_searching_ = false;
@@ -104,6 +112,7 @@ class Worker {
 
   // --- shared with other threads ---
   Stealer<TaskHeader> stealer_;
+  Stealer<TaskHeader> priority_stealer_;
   Parker parker_;
   PublishedWorkerStats published_;
   pthread_t thread_{};

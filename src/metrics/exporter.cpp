@@ -39,13 +39,13 @@ struct Families {
   }
 };
 
-void add_histogram(MetricFamily& f, Labels labels, const proxy::AtomicHistogram& h) {
+void add_histogram(MetricFamily& f, Labels labels, const AtomicHistogram& h) {
   ClientMetric m;
   m.label = std::move(labels);
   uint64_t cum = 0;
-  for (std::size_t i = 0; i < proxy::kLatencyBuckets.size(); ++i) {
+  for (std::size_t i = 0; i < kLatencyBuckets.size(); ++i) {
     cum += h.buckets[i].load(std::memory_order_relaxed);
-    m.histogram.bucket.push_back({cum, proxy::kLatencyBuckets[i]});
+    m.histogram.bucket.push_back({cum, kLatencyBuckets[i]});
   }
   cum += h.buckets.back().load(std::memory_order_relaxed);
   m.histogram.bucket.push_back({cum, std::numeric_limits<double>::infinity()});
@@ -77,6 +77,8 @@ void executor_families(Families& fs, const exec::RuntimeStats& st) {
        &exec::WorkerCounters::lifo_hits, true, 1},
       {"stealgate_executor_lifo_capped_total", "Ticks where the LIFO slot hit its per-tick cap.",
        &exec::WorkerCounters::lifo_capped, true, 1},
+      {"stealgate_executor_priority_schedules_total",
+       "Wake-ups of admitted requests queued in the priority lane.", &exec::WorkerCounters::priority_schedules, true, 1},
       {"stealgate_executor_forced_yields_total", "Yields forced by an exhausted coop budget.",
        &exec::WorkerCounters::forced_yields, true, 1},
       {"stealgate_executor_parks_total", "Times a worker went to sleep.", &exec::WorkerCounters::parks, true, 1},
@@ -175,6 +177,9 @@ void gateway_families(Families& fs, proxy::Gateway& gw) {
                             MetricType::Counter);
   auto& up_active = fs.family("stealgate_upstream_requests_active", "Requests in flight, by cluster.", MetricType::Gauge);
   auto& up_conns = fs.family("stealgate_upstream_connections", "Upstream connections by state.", MetricType::Gauge);
+  auto& up_head = fs.family("stealgate_upstream_response_head_seconds",
+                            "Time from sending a request upstream to receiving its response head.",
+                            MetricType::Histogram);
   auto& ep_healthy = fs.family("stealgate_upstream_endpoint_healthy",
                                "1 when an endpoint passes health checks and is not ejected.", MetricType::Gauge);
   if (snap) {
@@ -188,6 +193,7 @@ void gateway_families(Families& fs, proxy::Gateway& gw) {
       Families::add(up_budget, lb, static_cast<double>(s.retries_budget_exhausted.load()));
       Families::add(up_none, lb, static_cast<double>(s.no_healthy_endpoint.load()));
       Families::add(up_active, lb, static_cast<double>(s.active.load()));
+      add_histogram(up_head, lb, s.response_head_time);
       double idle = 0, active = 0;
       int64_t now = upstream::steady_now_ms();
       for (const auto& e : c->endpoints()) {

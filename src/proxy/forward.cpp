@@ -257,6 +257,8 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
     }
 
     // --- request head ---
+    const auto sent_at = io::Clock::now();
+    bool head_time_recorded = false;
     io::Deadline send_dl = io::Deadline::after(rcfg.timeout);
     if (auto ec = co_await up.write_all(head_bytes, send_dl)) {
       up.close();
@@ -410,6 +412,11 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
         }
       }
       http::ResponseHead& resp = up_reader.parser().response();
+      if (!head_time_recorded) {  // the first head (a 1xx counts: the upstream answered)
+        head_time_recorded = true;
+        cluster.stats().response_head_time.observe(static_cast<uint64_t>(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(io::Clock::now() - sent_at).count()));
+      }
       if (resp.status == 101 && req.upgrade) {
         upgraded = true;
         break;

@@ -216,6 +216,10 @@ exec::Task<Handled> handle_request(Gateway& gw, const std::shared_ptr<const Snap
     auto now = io::Clock::now();
     shedder.sojourn.observe(now - admission_start, now);
   }
+  // Admitted: until its response is done, this task's wake-ups go ahead of new requests
+  // (the priority lane, exec/context.h), so that under overload the permits cycle at the
+  // upstream's pace instead of waiting behind the run queue.
+  exec::set_current_task_priority(true);
 
   Downstream down{client, reader, lcfg, gw.draining()};
   ForwardResult fr = co_await forward(gw, *snap, *route, down, ctx);
@@ -292,6 +296,7 @@ exec::Task<void> serve_connection(Gateway& gw, std::shared_ptr<ListenerState> ls
       lsnap = snap;
     }
     Handled h = co_await handle_request(gw, snap, *lcfg, client, reader, ctx);
+    exec::set_current_task_priority(false);  // permits released: back to the ordinary lane
 
     uint64_t dur_ns = static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - ctx.start).count());

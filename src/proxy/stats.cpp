@@ -9,15 +9,6 @@ std::size_t method_index(std::string_view m) {
   return kMethods.size() - 1;
 }
 
-void AtomicHistogram::observe(uint64_t ns) {
-  double s = static_cast<double>(ns) * 1e-9;
-  std::size_t i = 0;
-  while (i < kLatencyBuckets.size() && s > kLatencyBuckets[i]) ++i;
-  buckets[i].fetch_add(1, std::memory_order_relaxed);
-  count.fetch_add(1, std::memory_order_relaxed);
-  sum_ns.fetch_add(ns, std::memory_order_relaxed);
-}
-
 void RouteStats::count(std::string_view method, int status, uint64_t duration_ns) {
   std::size_t cls = (status >= 100 && status < 600) ? static_cast<std::size_t>(status / 100) : 0;
   requests[method_index(method)][cls].fetch_add(1, std::memory_order_relaxed);

@@ -10,22 +10,13 @@
 #include <string>
 #include <string_view>
 
+#include "common/latency_histogram.h"
+
 namespace sg::proxy {
 
 inline constexpr std::array<std::string_view, 9> kMethods = {"GET", "HEAD", "POST", "PUT", "DELETE",
                                                              "PATCH", "OPTIONS", "TRACE", "OTHER"};
 std::size_t method_index(std::string_view m);
-
-// Histogram buckets (seconds) shared by request-duration and admission-wait histograms.
-inline constexpr std::array<double, 14> kLatencyBuckets = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-                                                           0.1,    0.25,  0.5,    1.0,   2.5,   5.0,  10.0};
-
-struct AtomicHistogram {
-  std::array<std::atomic<uint64_t>, kLatencyBuckets.size() + 1> buckets{};  // last = +Inf
-  std::atomic<uint64_t> count{0};
-  std::atomic<uint64_t> sum_ns{0};
-  void observe(uint64_t ns);
-};
 
 struct RouteStats {
   explicit RouteStats(std::string n) : name(std::move(n)) {}

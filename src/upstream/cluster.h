@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/latency_histogram.h"
 #include "common/result.h"
 #include "config/schema.h"
 #include "upstream/endpoint.h"
@@ -24,6 +25,9 @@ struct ClusterStats {
   std::atomic<int64_t> retries_in_flight{0};
   std::atomic<uint64_t> no_healthy_endpoint{0};
   std::atomic<int64_t> active{0};
+  // Request head sent -> response head received (the upstream's own latency, retries
+  // measured per attempt).
+  AtomicHistogram response_head_time;
 };
 
 class Cluster {

@@ -72,6 +72,10 @@ class AdminMetricsTest(unittest.TestCase):
                          before_none + 3)
         self.assertGreaterEqual(self.sg.metric("stealgate_http_request_duration_seconds_count", route="app"), 7)
         self.assertGreaterEqual(self.sg.metric("stealgate_upstream_requests_total", cluster="app"), 7)
+        self.assertGreaterEqual(self.sg.metric("stealgate_upstream_response_head_seconds_count", cluster="app"), 7)
+        # A local upstream answers well within 250 ms: every sample is in that bucket.
+        self.assertEqual(self.sg.metric("stealgate_upstream_response_head_seconds_bucket", cluster="app", le="0.25"),
+                         self.sg.metric("stealgate_upstream_response_head_seconds_count", cluster="app"))
         self.assertEqual(self.sg.metric("stealgate_upstream_endpoint_healthy", cluster="app",
                                         endpoint=self.up.address), 1)
 

@@ -102,6 +102,56 @@ TEST(RuntimeStress, CrossWorkerPingPongAndCancellation) {
   ASSERT_TRUE(eventually([&] { return finished.load() == kPairs; }));
 }
 
+// The priority lane under contention: pairs that flip their priority mark every round
+// ping-pong across workers (their wake-ups land in priority and ordinary rings, both
+// stolen from), beside ordinary spawn floods that overflow the local queues. Every pair
+// must finish and every spawned task run exactly once.
+TEST(RuntimeStress, PriorityLaneWithStealingAndOverflow) {
+  RuntimeConfig cfg;
+  cfg.worker_threads = 3;
+  Runtime rt(cfg);
+  constexpr int kPairs = 96, kRounds = 200, kFlood = 3000;
+  std::vector<std::unique_ptr<Notify>> notifies;
+  for (int i = 0; i < 2 * kPairs; ++i) notifies.push_back(std::make_unique<Notify>());
+  std::atomic<int> finished{0};
+  auto ran = std::make_unique<std::atomic<int>[]>(kFlood);
+  std::atomic<int> flood_done{0};
+  for (int p = 0; p < kPairs; ++p) {
+    Notify* a = notifies[2 * p].get();
+    Notify* b = notifies[2 * p + 1].get();
+    rt.handle().spawn_detached([a, b, p]() -> Task<void> {
+      for (int i = 0; i < kRounds; ++i) {
+        set_current_task_priority((i + p) % 2 == 0);
+        co_await a->notified();
+        b->notify_one();
+      }
+    });
+    rt.handle().spawn_detached([a, b, p, &finished]() -> Task<void> {
+      set_current_task_priority(p % 3 == 0);
+      for (int i = 0; i < kRounds; ++i) {
+        a->notify_one();
+        co_await b->notified();
+      }
+      finished.fetch_add(1);
+    });
+  }
+  // A task spawning a flood (local queue overflow) while the pairs run.
+  rt.handle().spawn_detached([&]() -> Task<void> {
+    set_current_task_priority(true);
+    for (int i = 0; i < kFlood; ++i) {
+      spawn_detached([&, i] {
+        ran[i].fetch_add(1);
+        flood_done.fetch_add(1);
+      });
+      if (i % 500 == 0) co_await yield_now();
+    }
+  });
+  ASSERT_TRUE(eventually([&] { return finished.load() == kPairs && flood_done.load() == kFlood; }));
+  for (int i = 0; i < kFlood; ++i) ASSERT_EQ(ran[i].load(), 1) << i;
+  // Counters are published when workers park or every maintenance tick.
+  EXPECT_TRUE(eventually([&] { return rt.stats().total().priority_schedules > 0; }, 10s));
+}
+
 TEST(RuntimeStress, RepeatedStartAndShutdownWithQueuedWork) {
   for (int round = 0; round < 30; ++round) {
     RuntimeConfig cfg;

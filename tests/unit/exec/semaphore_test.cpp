@@ -204,14 +204,19 @@ TEST(Semaphore, StressManyTasksNoPermitLost) {
         rejected.fetch_add(1);
         co_return;
       }
+      // RAII: a task cancelled while it holds the permit (suspended in yield_now) must
+      // give it back when its frame is dropped.
+      Semaphore::Permit permit(&s);
       acquired.fetch_add(1);
       int now = inside.fetch_add(1) + 1;
       int m = max_inside.load();
       while (now > m && !max_inside.compare_exchange_weak(m, now)) {
       }
+      struct Leave {
+        std::atomic<int>& n;
+        ~Leave() { n.fetch_sub(1); }
+      } leave{inside};
       co_await yield_now();
-      inside.fetch_sub(1);
-      s.release();
     }));
     if (i % 7 == 0) hs.back().cancel();
   }
