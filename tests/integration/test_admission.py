@@ -62,6 +62,17 @@ def upstream_ids(up):
 
 
 class GatewayCase(unittest.TestCase):
+    """One upstream process per test class; a gateway per test (its config is the subject)."""
+    upstream_name = "slow"
+
+    @classmethod
+    def setUpClass(cls):
+        cls.up = Upstream(cls.upstream_name)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.up.stop()
+
     def gateway(self, yaml_text):
         gw = Stealgate(yaml_text)
         self.addCleanup(gw.stop)
@@ -73,14 +84,6 @@ class GatewayCase(unittest.TestCase):
 
 
 class QueueTest(GatewayCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.up = Upstream("slow")
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.up.stop()
-
     def setUp(self):
         self.up.clear_log()
 
@@ -175,14 +178,6 @@ class QueueTest(GatewayCase):
 class ScopeTest(GatewayCase):
     """Each scope refuses on its own and is labelled as such."""
 
-    @classmethod
-    def setUpClass(cls):
-        cls.up = Upstream("slow")
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.up.stop()
-
     def check_scope(self, scope, **limits):
         gw = self.gateway(limited_config(self.up, queue=0, **limits))
         busy = Call(gw.port, "/slow?ms=1000")
@@ -207,8 +202,7 @@ class ScopeTest(GatewayCase):
 
 class SheddingTest(GatewayCase):
     def test_standing_queue_switches_to_fast_refusal(self):
-        up = Upstream("slow")
-        self.addCleanup(up.stop)
+        up = self.up
         shed = "  shed_target: 50ms\n  shed_interval: 200ms\n"
         gw = self.gateway(limited_config(up, route_limit=2, queue=50, timeout="10s", shed=shed))
         stop = time.monotonic() + 3.0
@@ -244,8 +238,7 @@ class SheddingTest(GatewayCase):
         self.assertEqual(gw.metric("stealgate_admission_in_flight", scope="route"), 0)
 
     def test_shedding_off_keeps_queueing(self):
-        up = Upstream("slow")
-        self.addCleanup(up.stop)
+        up = self.up
         gw = self.gateway(limited_config(up, route_limit=1, queue=10, timeout="10s"))
         calls = [Call(gw.port, "/slow?ms=150") for _ in range(6)]
         for c in calls:
@@ -256,13 +249,7 @@ class SheddingTest(GatewayCase):
 
 
 class ConnectionLimitTest(GatewayCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.up = Upstream("fast")
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.up.stop()
+    upstream_name = "fast"
 
     def open_served(self, gw, n):
         clients = []
