@@ -135,6 +135,7 @@ void Worker::schedule_local(TaskHeader* t, ScheduleKind kind) {
     // A wake-up of admitted work (a yield is not: a hogging task waits like any other).
     ++counters_.priority_schedules;
     priority_queue_.push_back_or_overflow(t, scheduler_->inject(), &counters_);
+    priority_maybe_ = true;
   } else if (kind == ScheduleKind::kWake && lifo_enabled_ && !in_driver) {
     // The LIFO slot: the woken task runs next. Its previous occupant goes to the queue.
     TaskHeader* prev = lifo_;
@@ -160,6 +161,13 @@ TaskHeader* Worker::next_local_task() {
   return run_queue_.pop();
 }
 
+TaskHeader* Worker::pop_priority() {
+  if (!priority_maybe_) return nullptr;
+  if (TaskHeader* t = priority_queue_.pop()) return t;
+  priority_maybe_ = false;  // drained by thieves or overflow; only we refill it
+  return nullptr;
+}
+
 TaskHeader* Worker::next_task() {
   InjectQueue& inject = scheduler_->inject();
   if (tick_ % global_queue_interval_ == 0) {
@@ -170,15 +178,16 @@ TaskHeader* Worker::next_task() {
     }
     return next_local_task();
   }
-  if (priority_streak_ < kMaxPriorityStreak || (lifo_ == nullptr && !run_queue_.has_tasks())) {
-    if (TaskHeader* t = priority_queue_.pop()) {
+  if (priority_maybe_ &&
+      (priority_streak_ < kMaxPriorityStreak || (lifo_ == nullptr && !run_queue_.has_tasks()))) {
+    if (TaskHeader* t = pop_priority()) {
       ++priority_streak_;
       return t;
     }
   }
   priority_streak_ = 0;
   if (TaskHeader* t = next_local_task()) return t;
-  if (TaskHeader* t = priority_queue_.pop()) return t;  // streak cap hit, nothing else local
+  if (TaskHeader* t = pop_priority()) return t;  // streak cap hit, nothing else local
   if (inject.is_empty()) return nullptr;
 
   // Local queue empty: take our share of the injection queue in one lock acquisition,
@@ -205,7 +214,10 @@ TaskHeader* Worker::steal_work() {
       std::size_t victim = (start + i) % n;
       if (victim == index_) continue;
       Worker& v = scheduler_->worker(victim);
-      if (TaskHeader* t = v.priority_stealer().steal_into(priority_queue_, &counters_)) return t;
+      if (TaskHeader* t = v.priority_stealer().steal_into(priority_queue_, &counters_)) {
+        priority_maybe_ = true;  // the rest of the stolen half landed in our lane
+        return t;
+      }
       if (TaskHeader* t = v.stealer().steal_into(run_queue_, &counters_)) return t;
     }
   }

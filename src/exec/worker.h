@@ -68,6 +68,7 @@ class Worker {
 
   TaskHeader* next_task();
   TaskHeader* next_local_task();
+  TaskHeader* pop_priority();
   TaskHeader* steal_work();
   void run_task(TaskHeader* t);
   void poll_task(TaskHeader* t);
@@ -96,6 +97,9 @@ class Worker {
   // kMaxPriorityStreak times in a row while ordinary work waits.
   LocalQueue<TaskHeader> priority_queue_;
   uint32_t priority_streak_ = 0;
+  // False only when the priority ring is known empty: only this worker pushes into it, so
+  // the hot path skips the ring's atomics while no admitted work is around.
+  bool priority_maybe_ = false;
   TaskHeader* lifo_ = nullptr;
   bool lifo_enabled_;
   bool is_searching_ = false;
