@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 namespace sg::http {
 
 namespace {
-constexpr std::size_t kMinBuffer = 16 * 1024;
+constexpr std::size_t kInitialBuffer = 4 * 1024;  // a typical message head
+constexpr std::size_t kBodyBuffer = 16 * 1024;    // per read while a body streams
+constexpr std::size_t kMinCap = kBodyBuffer;
 }
 
 MessageReader::MessageReader(io::TcpStream& s, Parser::Mode mode, const ParserLimits& limits)
@@ -14,17 +17,40 @@ MessageReader::MessageReader(io::TcpStream& s, Parser::Mode mode, const ParserLi
       parser_(mode, limits),
       // A whole head always fits, so the parser's limits (431/414) trigger before the
       // buffer fills.
-      cap_(std::max(kMinBuffer, limits.max_header_bytes + limits.max_target_bytes + 4096)) {
-  buf_ = std::make_unique<char[]>(cap_);
-}
+      cap_(std::max(kMinCap, limits.max_header_bytes + limits.max_target_bytes + 4096)) {}
 
 bool MessageReader::make_room() {
-  if (end_ < cap_) return true;
-  if (begin_ == 0) return false;
-  std::memmove(buf_.get(), buf_.get() + begin_, end_ - begin_);
-  end_ -= begin_;
-  begin_ = 0;
+  if (!buf_) {
+    reserve_empty(kInitialBuffer);
+    return true;
+  }
+  if (end_ < size_) return true;
+  if (begin_ > 0) {
+    std::memmove(buf_.get(), buf_.get() + begin_, end_ - begin_);
+    end_ -= begin_;
+    begin_ = 0;
+    return true;
+  }
+  if (size_ >= cap_) return false;
+  std::size_t n = std::min(cap_, size_ * 2);
+  std::unique_ptr<char[]> bigger(new char[n]);  // uninitialised: only [0, end_) is ever read
+  std::memcpy(bigger.get(), buf_.get(), end_);
+  buf_ = std::move(bigger);
+  size_ = n;
   return true;
+}
+
+void MessageReader::reserve_empty(std::size_t n) {
+  begin_ = end_ = 0;
+  if (size_ >= n) return;
+  buf_.reset(new char[n]);
+  size_ = n;
+}
+
+void MessageReader::release_buffer() {
+  buf_.reset();
+  size_ = 0;
+  begin_ = end_ = 0;
 }
 
 exec::Task<HeadRead> MessageReader::read_head(io::Deadline first_byte, io::Clock::duration head_timeout,
@@ -42,20 +68,46 @@ exec::Task<HeadRead> MessageReader::read_head(io::Deadline first_byte, io::Clock
       if (r.event == ParseEvent::kMessageDone) continue;
       // kNeedMore: read more.
     }
-    if (begin_ == end_) begin_ = end_ = 0;
-    if (!make_room()) co_return HeadRead{ReadStatus::kParseError, {}, true};  // unreachable given cap_
-    if (watch != nullptr) {
-      io::EitherReadable w = co_await s_.wait_either_readable(*watch, dl);
-      if (w.ec) {
-        co_return HeadRead{w.ec == std::errc::timed_out ? ReadStatus::kTimeout : ReadStatus::kIoError, w.ec, partial};
-      }
-      if (w.which == 1) {
-        if (watch->peer_closed()) co_return HeadRead{ReadStatus::kPeerGone, {}, partial};
-        watch = nullptr;  // pipelined bytes, not a close: stop watching
+    io::IoResult rr;
+    if (begin_ == end_) {
+      // Nothing buffered: look with a small buffer; if the peer has nothing for us yet,
+      // give the buffer back while we wait (idle keep-alive connections hold none).
+      reserve_empty(kInitialBuffer);
+      std::optional<io::IoResult> got = s_.try_read(std::span<char>(buf_.get(), size_));
+      if (!got) {
+        release_buffer();
+        if (watch != nullptr) {
+          io::EitherReadable w = co_await s_.wait_either_readable(*watch, dl);
+          if (w.ec) {
+            co_return HeadRead{w.ec == std::errc::timed_out ? ReadStatus::kTimeout : ReadStatus::kIoError, w.ec,
+                               partial};
+          }
+          if (w.which == 1) {
+            if (watch->peer_closed()) co_return HeadRead{ReadStatus::kPeerGone, {}, partial};
+            watch = nullptr;  // pipelined bytes, not a close: stop watching
+          }
+        } else if (std::error_code ec = co_await s_.wait_readable(dl)) {
+          co_return HeadRead{ec == std::errc::timed_out ? ReadStatus::kTimeout : ReadStatus::kIoError, ec, partial};
+        }
         continue;
       }
+      rr = *got;
+      co_await exec::coop_checkpoint();
+    } else {
+      if (!make_room()) co_return HeadRead{ReadStatus::kParseError, {}, true};  // unreachable given cap_
+      if (watch != nullptr) {
+        io::EitherReadable w = co_await s_.wait_either_readable(*watch, dl);
+        if (w.ec) {
+          co_return HeadRead{w.ec == std::errc::timed_out ? ReadStatus::kTimeout : ReadStatus::kIoError, w.ec, partial};
+        }
+        if (w.which == 1) {
+          if (watch->peer_closed()) co_return HeadRead{ReadStatus::kPeerGone, {}, partial};
+          watch = nullptr;  // pipelined bytes, not a close: stop watching
+          continue;
+        }
+      }
+      rr = co_await s_.read_some(std::span<char>(buf_.get() + end_, size_ - end_), dl);
     }
-    io::IoResult rr = co_await s_.read_some(std::span<char>(buf_.get() + end_, cap_ - end_), dl);
     if (rr.ec) {
       ReadStatus st = rr.ec == std::errc::timed_out ? ReadStatus::kTimeout
                       : partial                     ? ReadStatus::kIoError
@@ -76,15 +128,15 @@ exec::Task<HeadRead> MessageReader::read_head(io::Deadline first_byte, io::Clock
 exec::Task<BodyRead> MessageReader::read_body(io::Deadline dl) {
   for (;;) {
     // Feed even with nothing buffered: a message without a body completes that way.
-    ParseResult r = parser_.feed(buf_.get() + begin_, end_ - begin_);
+    ParseResult r = parser_.feed(buf_ ? buf_.get() + begin_ : "", end_ - begin_);
     begin_ += r.consumed;
     if (r.event == ParseEvent::kError) co_return BodyRead{ReadStatus::kParseError, {}, {}, false};
     chunks_.assign(parser_.body().begin(), parser_.body().end());
     bool done = r.event == ParseEvent::kMessageDone;
     if (!chunks_.empty() || done) co_return BodyRead{ReadStatus::kOk, {}, chunks_, done};
     // Everything buffered was consumed without body bytes: read more.
-    begin_ = end_ = 0;
-    io::IoResult rr = co_await s_.read_some(std::span<char>(buf_.get(), cap_), dl);
+    reserve_empty(kBodyBuffer);
+    io::IoResult rr = co_await s_.read_some(std::span<char>(buf_.get(), size_), dl);
     if (rr.ec) {
       co_return BodyRead{rr.ec == std::errc::timed_out ? ReadStatus::kTimeout : ReadStatus::kIoError, rr.ec, {}, false};
     }

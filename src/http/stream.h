@@ -1,4 +1,9 @@
-// Reading HTTP/1.x messages from a TCP stream: a fixed buffer, the parser, deadlines.
+// Reading HTTP/1.x messages from a TCP stream: a growable buffer, the parser, deadlines.
+//
+// Memory: the buffer starts small (4 KiB: a typical head), doubles while a head does not
+// fit (up to what the parser's limits allow, so 431/414 trigger first), is 16 KiB while a
+// body streams, and is given back whenever nothing is buffered and the peer has nothing
+// to send yet: an idle keep-alive connection holds no buffer at all (as nginx does).
 //
 // read_head() returns once a message head is parsed; read_body() then yields decoded
 // body bytes in pieces (views into the buffer, valid until the next call on this reader)
@@ -56,18 +61,23 @@ class MessageReader {
 
   Parser& parser() { return parser_; }
   // Bytes received after the current message.
-  std::string_view buffered() const { return {buf_.get() + begin_, end_ - begin_}; }
+  std::string_view buffered() const { return buf_ ? std::string_view(buf_.get() + begin_, end_ - begin_) : std::string_view(); }
   void discard_buffered() { begin_ = end_ = 0; }
   bool has_buffered() const { return end_ > begin_; }
 
  private:
-  // Makes room at the end of the buffer; false if it is full of unconsumed bytes.
+  // Makes room at the end of the buffer (allocating, compacting or growing it); false if
+  // it is at its maximum size and full of unconsumed bytes.
   bool make_room();
+  // With nothing buffered: a buffer of at least n bytes (contents not kept).
+  void reserve_empty(std::size_t n);
+  void release_buffer();
 
   io::TcpStream& s_;
   Parser parser_;
   std::unique_ptr<char[]> buf_;
-  std::size_t cap_;
+  std::size_t size_ = 0;  // allocated bytes
+  std::size_t cap_;       // the most the buffer may grow to
   std::size_t begin_ = 0;
   std::size_t end_ = 0;
   std::vector<std::string_view> chunks_;

@@ -55,6 +55,18 @@ exec::Task<IoResult> TcpStream::read_some(std::span<char> buf, Deadline dl) {
   }
 }
 
+std::optional<IoResult> TcpStream::try_read(std::span<char> buf) {
+  const int fd = sock_->native_handle();
+  for (;;) {
+    ssize_t n = ::recv(fd, buf.data(), buf.size(), 0);
+    if (n >= 0) return IoResult{{}, static_cast<std::size_t>(n)};
+    int e = errno;
+    if (e == EINTR) continue;
+    if (would_block(e)) return std::nullopt;
+    return IoResult{{e, std::system_category()}, 0};
+  }
+}
+
 exec::Task<std::error_code> TcpStream::write_all(std::span<const std::string_view> bufs, Deadline dl) {
   const int fd = sock_->native_handle();
   constexpr std::size_t kMaxIov = 64;

@@ -7,6 +7,7 @@
 // leaves the socket usable (e.g. to write a 408 before closing).
 #pragma once
 
+#include <optional>
 #include <span>
 #include <string_view>
 #include <system_error>
@@ -35,6 +36,8 @@ class TcpStream {
 
   // Reads at most buf.size() bytes; n == 0 with no error means the peer closed.
   exec::Task<IoResult> read_some(std::span<char> buf, Deadline dl = {});
+  // One non-blocking read: nullopt when nothing is there yet (no wait, no budget spent).
+  std::optional<IoResult> try_read(std::span<char> buf);
   // Writes every byte of every buffer (gathered with writev), or fails.
   exec::Task<std::error_code> write_all(std::span<const std::string_view> bufs, Deadline dl = {});
   exec::Task<std::error_code> write_all(std::string_view data, Deadline dl = {});

@@ -4,6 +4,7 @@ binary, real upstream process, raw sockets."""
 import json
 import os
 import re
+import resource
 import socket
 import sys
 import threading
@@ -222,6 +223,23 @@ class ProxyTest(unittest.TestCase):
         self.assertEqual(total, 64 * 1024 * 1024)
         self.assertLess(peak - before, 24 * 1024, "RSS grew by more than 24 MiB while streaming 64 MiB")
 
+    def test_large_heads_arriving_in_pieces_are_proxied_intact(self):
+        # A 20 KiB request header sent 1 KiB at a time (the read buffer starts small and
+        # grows), and a 30 KiB response header from the upstream.
+        c = self.client()
+        value = "v" * 20000
+        head = f"GET /echo-big HTTP/1.1\r\nHost: h\r\nX-Large: {value}\r\n\r\n".encode()
+        for i in range(0, len(head), 1024):
+            c.send(head[i:i + 1024])
+            time.sleep(0.002)
+        r = c.read_response()
+        self.assertEqual(r.status, 200)
+        self.assertIn(["X-Large", value], r.json()["headers"])
+        r = c.request("GET", "/big-header?n=30000")
+        self.assertEqual(r.status, 200)
+        self.assertEqual(r.header("x-big"), "h" * 30000)
+        self.assertEqual(r.body, b"ok")
+
     def test_request_body_over_limit_is_413(self):
         c = self.client()
         c.send(b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 2000000\r\n\r\n")
@@ -323,6 +341,45 @@ class UpstreamFaultTest(unittest.TestCase):
         time.sleep(0.1)
         c.close()
         self.sg.wait_log(r"client closed while waiting for the upstream", timeout=3)
+
+
+class IdleConnectionMemoryTest(unittest.TestCase):
+    """Idle keep-alive connections must not hold read buffers (nginx keeps ~1 KiB each)."""
+
+    def test_idle_keepalive_connections_are_cheap(self):
+        up = Upstream("mem")
+        self.addCleanup(up.stop)
+        sg = Stealgate(config(clusters=f"  - name: app\n    endpoints: [{up.address}]\n", routes=routes_for(),
+                              logging="access_log: { enabled: false }"))
+        self.addCleanup(sg.stop)
+
+        def rss_kib():
+            with open(f"/proc/{sg.proc.pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        return int(line.split()[1])
+            return 0
+
+        n = 400
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft < 2 * n + 100:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4 * n), hard))
+        # Warm up allocator caches and pools with a first batch, then measure a second.
+        warm = [Client(sg.port) for _ in range(50)]
+        for c in warm:
+            self.assertEqual(c.request("GET", "/x").status, 200)
+        time.sleep(0.2)
+        before = rss_kib()
+        clients = []
+        for _ in range(n):
+            c = Client(sg.port)
+            self.assertEqual(c.request("GET", "/x").status, 200)
+            clients.append(c)
+        time.sleep(0.2)
+        per_conn = (rss_kib() - before) / n
+        for c in clients + warm:
+            c.close()
+        self.assertLess(per_conn, 10, f"{per_conn:.1f} KiB of RSS per idle keep-alive connection")
 
 
 if __name__ == "__main__":

@@ -164,6 +164,10 @@ def handle(conn, req, conn_id):
             s.sendall(part)
             sent += len(part)
         return True
+    if path == "/big-header":
+        n = int(params.get("n", "30000"))
+        s.sendall(b"HTTP/1.1 200 OK\r\nX-Big: " + b"h" * n + b"\r\nContent-Length: 2\r\n\r\nok")
+        return True
     if path == "/head-me":
         body = b"a body of 27 bytes for GET\n"
         if req["method"] == "HEAD":
