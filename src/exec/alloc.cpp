@@ -76,8 +76,20 @@ ThreadCache* my_cache() {
   return tc;
 }
 
-constexpr std::size_t class_of(std::size_t bytes) { return bytes == 0 ? 0 : (bytes - 1) / kAllocClassBytes; }
-constexpr std::size_t block_bytes(std::size_t c) { return sizeof(BlockHeader) + (c + 1) * kAllocClassBytes; }
+constexpr std::size_t kSmallMax = kAllocSmallClasses * kAllocClassBytes;  // 1 KiB
+
+constexpr std::size_t class_of(std::size_t bytes) {
+  if (bytes <= kSmallMax) return bytes == 0 ? 0 : (bytes - 1) / kAllocClassBytes;
+  return kAllocSmallClasses + (bytes - kSmallMax - 1) / kAllocLargeStep;
+}
+constexpr std::size_t class_bytes(std::size_t c) {
+  return c < kAllocSmallClasses ? (c + 1) * kAllocClassBytes : kSmallMax + (c - kAllocSmallClasses + 1) * kAllocLargeStep;
+}
+constexpr std::size_t block_bytes(std::size_t c) { return sizeof(BlockHeader) + class_bytes(c); }
+static_assert(class_of(1) == 0 && class_of(64) == 0 && class_of(65) == 1 && class_of(1024) == 15);
+static_assert(class_of(1025) == 16 && class_bytes(16) == 1280 && class_of(1280) == 16 && class_of(1281) == 17);
+static_assert(class_of(kAllocMaxPooled) == kAllocClasses - 1 && class_bytes(kAllocClasses - 1) == kAllocMaxPooled);
+static_assert(class_of(kAllocMaxPooled + 1) == kAllocClasses);
 
 // The free-list link lives in the user area; the header (owner, class) stays intact.
 FreeBlock* as_free(BlockHeader* h) { return reinterpret_cast<FreeBlock*>(h + 1); }

@@ -13,7 +13,7 @@
 // the whole stack with one exchange when its local list runs dry. Memory held is thus
 // bounded by the peak number of live tasks/frames per thread. A thread's cache, with its
 // blocks, is retired when the thread exits and adopted by the next new thread.
-// Allocations above 1 KiB, and all allocations under AddressSanitizer (so use-after-free
+// Allocations above 8 KiB, and all allocations under AddressSanitizer (so use-after-free
 // stays detectable), go to malloc.
 //
 // Invariants of a remote stack (`ThreadCache::remote[c]`):
@@ -26,8 +26,14 @@
 
 namespace sg::exec {
 
+// Size classes: 64-byte steps up to 1 KiB (tasks, small frames), then 256-byte steps up
+// to 8 KiB (the frames of the proxy's larger coroutines); larger goes to malloc.
 inline constexpr std::size_t kAllocClassBytes = 64;
-inline constexpr std::size_t kAllocClasses = 16;       // up to 1 KiB; larger goes to malloc
+inline constexpr std::size_t kAllocSmallClasses = 16;  // 64 B .. 1 KiB
+inline constexpr std::size_t kAllocLargeStep = 256;
+inline constexpr std::size_t kAllocMaxPooled = 8 * 1024;
+inline constexpr std::size_t kAllocClasses =
+    kAllocSmallClasses + (kAllocMaxPooled - kAllocSmallClasses * kAllocClassBytes) / kAllocLargeStep;
 inline constexpr std::size_t kAllocSlabBytes = 16 * 1024;  // one malloc per slab of blocks
 
 void* task_alloc(std::size_t bytes);

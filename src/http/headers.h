@@ -41,6 +41,8 @@ class HeaderMap {
   using const_iterator = std::vector<Header>::const_iterator;
 
   void add(std::string name, std::string value) { fields_.push_back({std::move(name), std::move(value)}); }
+  // Copies: the parser keeps its scratch strings (and their capacity) for the next field.
+  void add_copy(std::string_view name, std::string_view value) { fields_.emplace_back(Header{std::string(name), std::string(value)}); }
   // Replaces every line named `name` with one line.
   void set(std::string_view name, std::string value);
   // Removes every line named `name`; returns how many.

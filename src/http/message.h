@@ -35,6 +35,22 @@ struct RequestHead {
 
   bool is_http10() const { return version_major == 1 && version_minor == 0; }
   bool is_head() const { return method == "HEAD"; }
+  // Back to a fresh head, keeping the strings' and the header list's memory for the next
+  // message on the connection.
+  void reset() {
+    method.clear();
+    target.clear();
+    version_major = version_minor = 1;
+    headers.clear();
+    path.clear();
+    query.clear();
+    authority.clear();
+    body = BodyKind::kNone;
+    content_length = 0;
+    keep_alive = true;
+    expect_continue = false;
+    upgrade = false;
+  }
 };
 
 struct ResponseHead {
@@ -49,6 +65,15 @@ struct ResponseHead {
   bool keep_alive = true;
 
   bool is_informational() const { return status >= 100 && status < 200; }
+  void reset() {  // as RequestHead::reset
+    status = 0;
+    reason.clear();
+    version_major = version_minor = 1;
+    headers.clear();
+    body = BodyKind::kNone;
+    content_length = 0;
+    keep_alive = true;
+  }
 };
 
 }  // namespace sg::http

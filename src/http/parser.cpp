@@ -1,6 +1,9 @@
 #include "http/parser.h"
 
 #include <cstring>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 namespace sg::http {
 
@@ -58,8 +61,8 @@ bool Parser::count_header_bytes(std::size_t n) {
 
 int Parser::on_message_begin(llhttp_t* p) {
   Parser* s = self(p);
-  s->req_ = RequestHead{};
-  s->resp_ = ResponseHead{};
+  s->req_.reset();
+  s->resp_.reset();
   s->trailers_.clear();
   s->field_.clear();
   s->value_.clear();
@@ -124,7 +127,7 @@ int Parser::on_header_value_complete(llhttp_t* p) {
       return s->fail(s->mode_ == Mode::kRequest ? 400 : 502, "control character in header value");
     }
   }
-  target.add(std::move(s->field_), std::string(trim_ows(s->value_)));
+  target.add_copy(s->field_, trim_ows(s->value_));
   s->field_.clear();
   s->value_.clear();
   return 0;
@@ -338,6 +341,27 @@ void Parser::map_llhttp_error(llhttp_errno_t err, const char* /*data*/, std::siz
   error_detail_ = detail;
 }
 
+namespace {
+// The first CR or LF in [p, p + n), or p + n.
+const char* find_cr_or_lf(const char* p, std::size_t n) {
+  const char* end = p + n;
+#if defined(__SSE2__)
+  const __m128i cr = _mm_set1_epi8('\r');
+  const __m128i lf = _mm_set1_epi8('\n');
+  while (end - p >= 16) {
+    __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    int mask = _mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(v, cr), _mm_cmpeq_epi8(v, lf)));
+    if (mask != 0) return p + __builtin_ctz(static_cast<unsigned>(mask));
+    p += 16;
+  }
+#endif
+  for (; p < end; ++p) {
+    if (*p == '\r' || *p == '\n') return p;
+  }
+  return end;
+}
+}  // namespace
+
 bool Parser::lex_head(const char* data, std::size_t len) {
   const int bad = mode_ == Mode::kRequest ? 400 : 502;
   auto violation = [&](const char* what) {
@@ -355,30 +379,41 @@ bool Parser::lex_head(const char* data, std::size_t len) {
         if (c == '\n') return violation("bare LF line ending");
         lex_ = Lex::kStartLine;
         [[fallthrough]];
-      case Lex::kStartLine:
-        if (c == '\r') {
-          if (mode_ == Mode::kRequest) {
-            if (prev_was_space_) return violation("malformed request line");
-            version_syntax_ok_ = version_tail_ok();
-          }
-          lex_ = Lex::kCr;
-        } else if (c == '\n') {
-          return violation("bare LF line ending");
-        } else {
-          if (mode_ == Mode::kRequest) {
+      case Lex::kStartLine: {
+        // The rest of the start line in one go: find its end, check the request line's
+        // spacing, remember its first bytes (method) and last 8 (version).
+        const char* p = data + i;
+        const char* q = find_cr_or_lf(p, len - i);
+        if (mode_ == Mode::kRequest) {
+          for (const char* b = p; b < q; ++b) {
             // Exactly one SP between method, target and version (RFC 9112 §3: lenient
             // whitespace "can result in request smuggling").
-            bool space = c == ' ';
-            if (space && (prev_was_space_ || start_line_len_ == 0)) return violation("malformed request line");
-            if (c == '\t' || c == '\v' || c == '\f') return violation("malformed request line");
+            const char ch = *b;
+            const bool space = ch == ' ';
+            if (space && (prev_was_space_ || (start_line_len_ == 0 && b == p))) return violation("malformed request line");
+            if (ch == '\t' || ch == '\v' || ch == '\f') return violation("malformed request line");
             prev_was_space_ = space;
           }
-          if (start_line_len_ < sizeof(start_line_head_)) start_line_head_[start_line_len_] = c;
-          std::memmove(start_line_tail_, start_line_tail_ + 1, 7);
-          start_line_tail_[7] = c;
-          ++start_line_len_;
         }
+        const std::size_t n = static_cast<std::size_t>(q - p);
+        if (start_line_len_ < sizeof(start_line_head_)) {
+          std::memcpy(start_line_head_ + start_line_len_, p, std::min(n, sizeof(start_line_head_) - start_line_len_));
+        }
+        for (std::size_t k = n > 8 ? n - 8 : 0; k < n; ++k) start_line_tail_[(start_line_len_ + k) % 8] = p[k];
+        start_line_len_ += n;
+        if (q == data + len) {
+          i = len - 1;  // the line continues in the next read
+          break;
+        }
+        if (*q == '\n') return violation("bare LF line ending");
+        if (mode_ == Mode::kRequest) {
+          if (prev_was_space_) return violation("malformed request line");
+          version_syntax_ok_ = version_tail_ok();
+        }
+        i = static_cast<std::size_t>(q - data);  // at the CR
+        lex_ = Lex::kCr;
         break;
+      }
       case Lex::kCr:
         if (c != '\n') return violation("bare CR");
         lex_ = start_line_len_ == 0 ? Lex::kStart : Lex::kLineStart;
@@ -396,13 +431,18 @@ bool Parser::lex_head(const char* data, std::size_t len) {
           lex_ = Lex::kInLine;
         }
         break;
-      case Lex::kInLine:
-        if (c == '\r') {
-          lex_ = Lex::kCr;
-        } else if (c == '\n') {
-          return violation("bare LF line ending");
+      case Lex::kInLine: {
+        // The bulk of a head: skip to the line's end (16 bytes at a time).
+        const char* q = find_cr_or_lf(data + i, len - i);
+        if (q == data + len) {
+          i = len - 1;  // the whole rest is inside this line
+          break;
         }
+        if (*q == '\n') return violation("bare LF line ending");
+        i = static_cast<std::size_t>(q - data);  // at the CR
+        lex_ = Lex::kCr;
         break;
+      }
       case Lex::kEndCr:
         if (c != '\n') return violation("bare CR");
         lex_ = Lex::kDone;
@@ -416,7 +456,8 @@ bool Parser::lex_head(const char* data, std::size_t len) {
 
 // "HTTP/" DIGIT "." DIGIT at the end of what we have seen of the start line (§2.3).
 bool Parser::version_tail_ok() const {
-  const char* v = start_line_tail_;
+  char v[8];  // unroll the ring: v[0] is the 8th-last byte
+  for (std::size_t k = 0; k < 8; ++k) v[k] = start_line_tail_[(start_line_len_ + k) % 8];
   return start_line_len_ >= 8 && std::memcmp(v, "HTTP/", 5) == 0 && v[5] >= '0' && v[5] <= '9' && v[6] == '.' &&
          v[7] >= '0' && v[7] <= '9';
 }

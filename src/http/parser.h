@@ -100,7 +100,7 @@ class Parser {
   enum class Lex : uint8_t { kStart, kStartLine, kLineStart, kInLine, kCr, kEndCr, kDone };
   Lex lex_ = Lex::kStart;
   bool lex_seen_field_line_ = false;
-  char start_line_tail_[8] = {};  // last 8 bytes of the start line (the version, for requests)
+  char start_line_tail_[8] = {};  // last 8 bytes of the start line, a ring indexed by length % 8
   char start_line_head_[40] = {}; // first bytes of the start line (the method, for requests)
   std::size_t start_line_len_ = 0;
   bool prev_was_space_ = false;

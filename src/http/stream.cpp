@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <optional>
+#include <vector>
 
 namespace sg::http {
 
@@ -10,7 +11,53 @@ namespace {
 constexpr std::size_t kInitialBuffer = 4 * 1024;  // a typical message head
 constexpr std::size_t kBodyBuffer = 16 * 1024;    // per read while a body streams
 constexpr std::size_t kMinCap = kBodyBuffer;
-}
+
+// Read buffers of the two common sizes are recycled per thread: a keep-alive connection
+// gives its buffer back at every idle wait, and without a cache each request would
+// malloc and free 4-16 KiB (glibc serves those from its locked bins, not tcache). A
+// buffer freed on another thread than the one that allocated it simply joins that
+// thread's cache. At most kKeep of each size are kept per thread.
+class BufferCache {
+ public:
+  ~BufferCache() {
+    for (char* p : small_) delete[] p;
+    for (char* p : body_) delete[] p;
+  }
+  char* get(std::size_t n) {
+    std::vector<char*>* list = list_for(n);
+    if (list != nullptr && !list->empty()) {
+      char* p = list->back();
+      list->pop_back();
+      return p;
+    }
+    return new char[n];  // uninitialised: only what was read into it is ever looked at
+  }
+  void put(char* p, std::size_t n) {
+    std::vector<char*>* list = list_for(n);
+    if (list != nullptr && list->size() < kKeep) {
+      list->push_back(p);
+      return;
+    }
+    delete[] p;
+  }
+
+ private:
+#if defined(__SANITIZE_ADDRESS__)
+  static constexpr std::size_t kKeep = 0;  // every buffer freed: use-after-free stays detectable
+#else
+  static constexpr std::size_t kKeep = 64;
+#endif
+  std::vector<char*>* list_for(std::size_t n) {
+    if (n == kInitialBuffer) return &small_;
+    if (n == kBodyBuffer) return &body_;
+    return nullptr;
+  }
+  std::vector<char*> small_;
+  std::vector<char*> body_;
+};
+
+thread_local BufferCache tl_buffers;
+}  // namespace
 
 MessageReader::MessageReader(io::TcpStream& s, Parser::Mode mode, const ParserLimits& limits)
     : s_(s),
@@ -20,22 +67,23 @@ MessageReader::MessageReader(io::TcpStream& s, Parser::Mode mode, const ParserLi
       cap_(std::max(kMinCap, limits.max_header_bytes + limits.max_target_bytes + 4096)) {}
 
 bool MessageReader::make_room() {
-  if (!buf_) {
+  if (buf_ == nullptr) {
     reserve_empty(kInitialBuffer);
     return true;
   }
   if (end_ < size_) return true;
   if (begin_ > 0) {
-    std::memmove(buf_.get(), buf_.get() + begin_, end_ - begin_);
+    std::memmove(buf_, buf_ + begin_, end_ - begin_);
     end_ -= begin_;
     begin_ = 0;
     return true;
   }
   if (size_ >= cap_) return false;
   std::size_t n = std::min(cap_, size_ * 2);
-  std::unique_ptr<char[]> bigger(new char[n]);  // uninitialised: only [0, end_) is ever read
-  std::memcpy(bigger.get(), buf_.get(), end_);
-  buf_ = std::move(bigger);
+  char* bigger = tl_buffers.get(n);
+  std::memcpy(bigger, buf_, end_);
+  tl_buffers.put(buf_, size_);
+  buf_ = bigger;
   size_ = n;
   return true;
 }
@@ -43,12 +91,14 @@ bool MessageReader::make_room() {
 void MessageReader::reserve_empty(std::size_t n) {
   begin_ = end_ = 0;
   if (size_ >= n) return;
-  buf_.reset(new char[n]);
+  if (buf_ != nullptr) tl_buffers.put(buf_, size_);
+  buf_ = tl_buffers.get(n);
   size_ = n;
 }
 
 void MessageReader::release_buffer() {
-  buf_.reset();
+  if (buf_ != nullptr) tl_buffers.put(buf_, size_);
+  buf_ = nullptr;
   size_ = 0;
   begin_ = end_ = 0;
 }
@@ -59,7 +109,7 @@ exec::Task<HeadRead> MessageReader::read_head(io::Deadline first_byte, io::Clock
   io::Deadline dl = partial ? io::Deadline::after(head_timeout) : first_byte;
   for (;;) {
     if (begin_ < end_) {
-      ParseResult r = parser_.feed(buf_.get() + begin_, end_ - begin_);
+      ParseResult r = parser_.feed(buf_ + begin_, end_ - begin_);
       begin_ += r.consumed;
       if (r.event == ParseEvent::kError) co_return HeadRead{ReadStatus::kParseError, {}, true};
       if (r.event == ParseEvent::kHeadDone) co_return HeadRead{ReadStatus::kOk, {}, true};
@@ -73,7 +123,7 @@ exec::Task<HeadRead> MessageReader::read_head(io::Deadline first_byte, io::Clock
       // Nothing buffered: look with a small buffer; if the peer has nothing for us yet,
       // give the buffer back while we wait (idle keep-alive connections hold none).
       reserve_empty(kInitialBuffer);
-      std::optional<io::IoResult> got = s_.try_read(std::span<char>(buf_.get(), size_));
+      std::optional<io::IoResult> got = s_.try_read(std::span<char>(buf_, size_));
       if (!got) {
         release_buffer();
         if (watch != nullptr) {
@@ -106,7 +156,7 @@ exec::Task<HeadRead> MessageReader::read_head(io::Deadline first_byte, io::Clock
           continue;
         }
       }
-      rr = co_await s_.read_some(std::span<char>(buf_.get() + end_, size_ - end_), dl);
+      rr = co_await s_.read_some(std::span<char>(buf_ + end_, size_ - end_), dl);
     }
     if (rr.ec) {
       ReadStatus st = rr.ec == std::errc::timed_out ? ReadStatus::kTimeout
@@ -128,7 +178,7 @@ exec::Task<HeadRead> MessageReader::read_head(io::Deadline first_byte, io::Clock
 exec::Task<BodyRead> MessageReader::read_body(io::Deadline dl) {
   for (;;) {
     // Feed even with nothing buffered: a message without a body completes that way.
-    ParseResult r = parser_.feed(buf_ ? buf_.get() + begin_ : "", end_ - begin_);
+    ParseResult r = parser_.feed(buf_ ? buf_ + begin_ : "", end_ - begin_);
     begin_ += r.consumed;
     if (r.event == ParseEvent::kError) co_return BodyRead{ReadStatus::kParseError, {}, {}, false};
     chunks_.assign(parser_.body().begin(), parser_.body().end());
@@ -136,7 +186,7 @@ exec::Task<BodyRead> MessageReader::read_body(io::Deadline dl) {
     if (!chunks_.empty() || done) co_return BodyRead{ReadStatus::kOk, {}, chunks_, done};
     // Everything buffered was consumed without body bytes: read more.
     reserve_empty(kBodyBuffer);
-    io::IoResult rr = co_await s_.read_some(std::span<char>(buf_.get(), size_), dl);
+    io::IoResult rr = co_await s_.read_some(std::span<char>(buf_, size_), dl);
     if (rr.ec) {
       co_return BodyRead{rr.ec == std::errc::timed_out ? ReadStatus::kTimeout : ReadStatus::kIoError, rr.ec, {}, false};
     }

@@ -48,6 +48,9 @@ struct BodyRead {
 class MessageReader {
  public:
   MessageReader(io::TcpStream& s, Parser::Mode mode, const ParserLimits& limits);
+  ~MessageReader() { release_buffer(); }
+  MessageReader(const MessageReader&) = delete;
+  MessageReader& operator=(const MessageReader&) = delete;
 
   // Reads a message head. With no bytes buffered, waits for the first byte until
   // `first_byte`; once a byte has arrived the whole head must arrive by `head_by`
@@ -61,7 +64,7 @@ class MessageReader {
 
   Parser& parser() { return parser_; }
   // Bytes received after the current message.
-  std::string_view buffered() const { return buf_ ? std::string_view(buf_.get() + begin_, end_ - begin_) : std::string_view(); }
+  std::string_view buffered() const { return buf_ ? std::string_view(buf_ + begin_, end_ - begin_) : std::string_view(); }
   void discard_buffered() { begin_ = end_ = 0; }
   bool has_buffered() const { return end_ > begin_; }
 
@@ -75,7 +78,7 @@ class MessageReader {
 
   io::TcpStream& s_;
   Parser parser_;
-  std::unique_ptr<char[]> buf_;
+  char* buf_ = nullptr;   // from the per-thread buffer cache (stream.cpp)
   std::size_t size_ = 0;  // allocated bytes
   std::size_t cap_;       // the most the buffer may grow to
   std::size_t begin_ = 0;

@@ -182,8 +182,7 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
 
   ForwardInfo info{ctx.client_ip, ctx.request_id, "http", req.upgrade};
   std::string head_bytes;
-  http::append_request_head(head_bytes, req.method, rewritten_target(req, rcfg),
-                            upstream_request_headers(req, &rcfg, info));
+  append_upstream_request_head(head_bytes, req, rewritten_target(req, rcfg), &rcfg, info);
 
   uint64_t hash = 0;
   if (ccfg.lb == config::LbPolicy::kRingHash) {
@@ -478,8 +477,8 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
       bool client_keep = !upgraded && req.keep_alive && !client_http10 && request_body_consumed &&
                          !down.draining && !gw.draining() && !(client_http10 && !bodiless);
       std::string head;
-      http::append_response_head(head, 1, resp.status, resp.reason,
-                                 client_response_headers(resp, &rcfg, chunked_down, !client_keep, upgraded));
+      append_client_response_head(head, resp, resp.reason.empty() ? http::reason_phrase(resp.status) : resp.reason,
+                                  &rcfg, chunked_down, !client_keep, upgraded);
       if (auto ec = co_await down.client.write_all(head, io::Deadline::after(down.listener.send_timeout))) {
         up.close();
         ctx.status = 0;

@@ -1,6 +1,8 @@
 #include "proxy/headers.h"
 
 #include <array>
+#include <charconv>
+#include <vector>
 #include <random>
 
 #include "http/serialize.h"
@@ -9,108 +11,291 @@ namespace sg::proxy {
 
 namespace {
 
-constexpr std::array<std::string_view, 9> kHopByHop = {
-    "connection", "keep-alive", "proxy-connection", "te", "transfer-encoding",
-    "upgrade",    "trailer",    "proxy-authenticate", "proxy-authorization"};
+// The fields the proxy treats specially, recognised in one switch on the name's length and
+// one comparison (this runs for every field of every message).
+enum class Field : uint8_t {
+  kOther,
+  kConnection, kUpgrade, kHopByHop,  // hop-by-hop (RFC 9110 §7.6.1)
+  kContentLength, kExpect, kRequestId, kForwardedFor, kForwardedProto, kForwardedHost, kVia, kHost, kDate,
+  kForwarded,
+};
 
-// Fields a client may not make us drop by naming them in Connection.
-constexpr std::array<std::string_view, 8> kProtected = {"host", "content-length", "x-forwarded-for",
-                                                        "x-forwarded-proto", "x-forwarded-host", "x-request-id",
-                                                        "via", "forwarded"};
+// `lit` is lowercase; header names are tokens, for which `c | 0x20` lowercases letters and
+// leaves '-' and digits alone.
+bool is(std::string_view name, std::string_view lit) {
+  for (std::size_t i = 0; i < lit.size(); ++i) {
+    if (static_cast<char>(name[i] | 0x20) != lit[i]) return false;
+  }
+  return true;
+}
 
+Field classify(std::string_view n) {
+  switch (n.size()) {
+    case 2: return is(n, "te") ? Field::kHopByHop : Field::kOther;
+    case 3: return is(n, "via") ? Field::kVia : Field::kOther;
+    case 4: return is(n, "host") ? Field::kHost : is(n, "date") ? Field::kDate : Field::kOther;
+    case 6: return is(n, "expect") ? Field::kExpect : Field::kOther;
+    case 7: return is(n, "upgrade") ? Field::kUpgrade : is(n, "trailer") ? Field::kHopByHop : Field::kOther;
+    case 9: return is(n, "forwarded") ? Field::kForwarded : Field::kOther;
+    case 10: return is(n, "connection") ? Field::kConnection : is(n, "keep-alive") ? Field::kHopByHop : Field::kOther;
+    case 12: return is(n, "x-request-id") ? Field::kRequestId : Field::kOther;
+    case 14: return is(n, "content-length") ? Field::kContentLength : Field::kOther;
+    case 15: return is(n, "x-forwarded-for") ? Field::kForwardedFor : Field::kOther;
+    case 16:
+      return is(n, "proxy-connection") ? Field::kHopByHop : is(n, "x-forwarded-host") ? Field::kForwardedHost : Field::kOther;
+    case 17:
+      return is(n, "transfer-encoding")   ? Field::kHopByHop
+             : is(n, "x-forwarded-proto") ? Field::kForwardedProto
+                                          : Field::kOther;
+    case 18: return is(n, "proxy-authenticate") ? Field::kHopByHop : Field::kOther;
+    case 19: return is(n, "proxy-authorization") ? Field::kHopByHop : Field::kOther;
+    default: return Field::kOther;
+  }
+}
+
+bool is_hop_by_hop(Field f) { return f == Field::kConnection || f == Field::kUpgrade || f == Field::kHopByHop; }
+bool is_hop_by_hop(std::string_view name) { return is_hop_by_hop(classify(name)); }
+
+// Fields a client may not make us drop by naming them in Connection: the ones we own.
 bool is_protected(std::string_view name) {
-  for (auto p : kProtected) {
-    if (http::iequals(name, p)) return true;
+  switch (classify(name)) {
+    case Field::kHost: case Field::kContentLength: case Field::kForwardedFor: case Field::kForwardedProto:
+    case Field::kForwardedHost: case Field::kRequestId: case Field::kVia: case Field::kForwarded:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Field names a message's Connection header lists (other than fields we own): they are
+// hop-by-hop too. Views into `headers`, which outlives the result.
+class ConnectionNamed {
+ public:
+  explicit ConnectionNamed(const http::HeaderMap& headers) {
+    for (const auto& f : headers) {
+      if (classify(f.name) != Field::kConnection) continue;
+      http::for_each_list_item(f.value, [&](std::string_view tok) {
+        // "close" / "keep-alive" / "upgrade" are the usual tokens and name nothing extra.
+        if (!is_protected(tok) && !is_hop_by_hop(tok) && !http::iequals(tok, "close")) names_.push_back(tok);
+        return true;
+      });
+    }
+  }
+  bool contains(std::string_view name) const {
+    for (auto n : names_) {
+      if (http::iequals(name, n)) return true;
+    }
+    return false;
+  }
+
+ private:
+  std::vector<std::string_view> names_;  // empty (no allocation) in the common case
+};
+
+bool named_in(const std::vector<std::string>& names, std::string_view name) {
+  for (const auto& n : names) {
+    if (http::iequals(name, n)) return true;
+  }
+  return false;
+}
+bool named_in(const std::vector<std::pair<std::string, std::string>>& fields, std::string_view name) {
+  for (const auto& [n, v] : fields) {
+    if (http::iequals(name, n)) return true;
   }
   return false;
 }
 
-void append_list(http::HeaderMap& h, std::string_view name, std::string_view value) {
-  std::string joined = h.joined(name);
-  h.remove(name);
-  h.add(std::string(name), joined.empty() ? std::string(value) : joined + ", " + std::string(value));
+// Writes header lines into a head being built, applying the route's header operations
+// on the way (remove, then set, then add: a removed or set name never passes through).
+class HeadWriter {
+ public:
+  HeadWriter(std::string& out, const config::HeaderOps* ops) : out_(out), ops_(ops) {}
+  void field(std::string_view name, std::string_view value) {
+    if (suppressed(name)) return;
+    raw(name, value);
+  }
+  // A list field: what the message carried (`existing`, joined) plus our item.
+  void list_field(std::string_view name, std::string_view existing, std::string_view item) {
+    if (suppressed(name)) return;
+    out_ += name;
+    out_ += ": ";
+    if (!existing.empty()) {
+      out_ += existing;
+      out_ += ", ";
+    }
+    out_ += item;
+    out_ += "\r\n";
+  }
+  void finish() {
+    if (ops_ != nullptr) {
+      for (const auto& [k, v] : ops_->set) raw(k, v);
+      for (const auto& [k, v] : ops_->add) raw(k, v);
+    }
+    out_ += "\r\n";
+  }
+
+ private:
+  void raw(std::string_view name, std::string_view value) {
+    out_ += name;
+    out_ += ": ";
+    out_ += value;
+    out_ += "\r\n";
+  }
+  bool suppressed(std::string_view name) const {
+    return ops_ != nullptr && (named_in(ops_->remove, name) || named_in(ops_->set, name));
+  }
+  std::string& out_;
+  const config::HeaderOps* ops_;
+};
+
+// Room for a head: the fields we pass on, plus what we add (one allocation per head).
+std::size_t head_size_estimate(const http::HeaderMap& h) {
+  std::size_t n = 256;
+  for (const auto& f : h) n += f.name.size() + f.value.size() + 4;
+  return n;
+}
+
+void append_to(std::string& list, std::string_view value) {
+  if (!list.empty()) list += ", ";
+  list += value;
 }
 
 }  // namespace
 
 void strip_hop_by_hop(http::HeaderMap& h) {
-  // Fields named by Connection go first (before Connection itself is removed).
-  std::vector<std::string> named;
-  for (const auto& f : h) {
-    if (!http::iequals(f.name, "connection")) continue;
-    http::for_each_list_item(f.value, [&](std::string_view tok) {
-      if (!is_protected(tok)) named.emplace_back(tok);
-      return true;
-    });
-  }
-  for (const auto& n : named) h.remove(n);
-  for (auto n : kHopByHop) h.remove(n);
+  ConnectionNamed named(h);
+  // One pass; `named` holds views into Connection values, which are removed in the same
+  // pass: decide with a copy of the verdicts taken before anything moves.
+  std::vector<bool> drop;
+  drop.reserve(h.size());
+  for (const auto& f : h) drop.push_back(is_hop_by_hop(classify(f.name)) || named.contains(f.name));
+  std::size_t i = 0;
+  h.remove_if([&](const http::Header&) { return drop[i++]; });
 }
 
-http::HeaderMap upstream_request_headers(const http::RequestHead& req, const config::RouteSection* route,
-                                         const ForwardInfo& info) {
-  http::HeaderMap h = req.headers;
-  std::string upgrade_proto;
-  if (info.upgrade) {
-    if (const std::string* u = req.headers.get("upgrade")) upgrade_proto = *u;
+void append_upstream_request_head(std::string& out, const http::RequestHead& req, std::string_view target,
+                                  const config::RouteSection* route, const ForwardInfo& info) {
+  out.reserve(out.size() + req.method.size() + target.size() + head_size_estimate(req.headers));
+  out += req.method;
+  out += ' ';
+  out += target;
+  out += " HTTP/1.1\r\n";
+  HeadWriter w(out, route != nullptr ? &route->request_headers : nullptr);
+  const bool rewrite_host = route != nullptr && !route->rewrite_host.empty();
+  ConnectionNamed named(req.headers);
+  std::string xff, xfp, xfh, via;
+  std::string_view upgrade_proto;
+  bool has_host = false;
+  for (const auto& f : req.headers) {
+    const std::string_view n = f.name;
+    const Field kind = classify(n);
+    switch (kind) {
+      case Field::kUpgrade:
+        if (info.upgrade && upgrade_proto.empty()) upgrade_proto = f.value;
+        continue;
+      case Field::kConnection: case Field::kHopByHop:
+      // Framing and the request id are ours.
+      case Field::kContentLength: case Field::kExpect: case Field::kRequestId:
+        continue;
+      // The client's values of list fields are kept (joined) in front of ours.
+      case Field::kForwardedFor: append_to(xff, f.value); continue;
+      case Field::kForwardedProto: append_to(xfp, f.value); continue;
+      case Field::kForwardedHost: append_to(xfh, f.value); continue;
+      case Field::kVia: append_to(via, f.value); continue;
+      case Field::kHost:
+        if (rewrite_host) continue;
+        has_host = true;
+        break;
+      default:
+        if (named.contains(n)) continue;
+        break;
+    }
+    w.field(n, f.value);
   }
-  strip_hop_by_hop(h);
-  h.remove("content-length");
-  h.remove("expect");  // re-added below when the client asked for it
-  // Framing we produce.
   if (req.body == http::BodyKind::kContentLength) {
-    h.add("Content-Length", std::to_string(req.content_length));
+    char num[24];
+    auto [end, ec] = std::to_chars(num, num + sizeof(num), req.content_length);
+    (void)ec;
+    w.field("Content-Length", std::string_view(num, static_cast<std::size_t>(end - num)));
   } else if (req.body == http::BodyKind::kChunked) {
-    h.add("Transfer-Encoding", "chunked");
+    w.field("Transfer-Encoding", "chunked");
   } else if (req.method == "POST" || req.method == "PUT" || req.method == "PATCH") {
-    h.add("Content-Length", "0");
+    w.field("Content-Length", "0");
   }
-  if (req.expect_continue) h.add("Expect", "100-continue");
+  if (req.expect_continue) w.field("Expect", "100-continue");
   if (info.upgrade && !upgrade_proto.empty()) {
-    h.add("Connection", "upgrade");
-    h.add("Upgrade", upgrade_proto);
+    w.field("Connection", "upgrade");
+    w.field("Upgrade", upgrade_proto);
   }
-  if (route != nullptr && !route->rewrite_host.empty()) h.set("Host", route->rewrite_host);
-  if (!h.contains("host") && !req.authority.empty()) h.add("Host", req.authority);
-  append_list(h, "X-Forwarded-For", info.client_ip);
-  append_list(h, "X-Forwarded-Proto", info.proto);
-  if (!req.authority.empty()) append_list(h, "X-Forwarded-Host", req.authority);
-  append_list(h, "Via", req.is_http10() ? "1.0 stealgate" : "1.1 stealgate");
-  h.set("X-Request-Id", std::string(info.request_id));
-  if (route != nullptr) apply_header_ops(h, route->request_headers);
-  return h;
+  if (rewrite_host) {
+    w.field("Host", route->rewrite_host);
+  } else if (!has_host && !req.authority.empty()) {
+    w.field("Host", req.authority);
+  }
+  w.list_field("X-Forwarded-For", xff, info.client_ip);
+  w.list_field("X-Forwarded-Proto", xfp, info.proto);
+  if (!req.authority.empty()) w.list_field("X-Forwarded-Host", xfh, req.authority);
+  else if (!xfh.empty()) w.field("X-Forwarded-Host", xfh);
+  w.list_field("Via", via, req.is_http10() ? "1.0 stealgate" : "1.1 stealgate");
+  w.field("X-Request-Id", info.request_id);
+  w.finish();
 }
 
-http::HeaderMap client_response_headers(const http::ResponseHead& resp, const config::RouteSection* route,
-                                        bool chunked_to_client, bool close, bool upgrade) {
-  http::HeaderMap h = resp.headers;
-  std::string upgrade_proto;
-  if (upgrade) {
-    if (const std::string* u = resp.headers.get("upgrade")) upgrade_proto = *u;
+void append_client_response_head(std::string& out, const http::ResponseHead& resp, std::string_view reason,
+                                 const config::RouteSection* route, bool chunked_to_client, bool close,
+                                 bool upgrade) {
+  out.reserve(out.size() + reason.size() + head_size_estimate(resp.headers));
+  out += "HTTP/1.1 ";
+  char num[24];
+  auto [end, ec] = std::to_chars(num, num + sizeof(num), resp.status);
+  (void)ec;
+  out.append(num, static_cast<std::size_t>(end - num));
+  out += ' ';
+  out += reason;
+  out += "\r\n";
+  HeadWriter w(out, route != nullptr ? &route->response_headers : nullptr);
+  ConnectionNamed named(resp.headers);
+  const bool keep_cl = resp.body == http::BodyKind::kContentLength || resp.body == http::BodyKind::kNone;
+  const bool cl_allowed = resp.status != 204 && !resp.is_informational();
+  std::string via;
+  std::string_view upgrade_proto;
+  std::string_view content_length;
+  bool has_date = false;
+  for (const auto& f : resp.headers) {
+    const std::string_view n = f.name;
+    switch (classify(n)) {
+      case Field::kUpgrade:
+        if (upgrade && upgrade_proto.empty()) upgrade_proto = f.value;
+        continue;
+      case Field::kConnection: case Field::kHopByHop:
+        continue;
+      case Field::kContentLength:
+        if (content_length.empty()) content_length = f.value;
+        continue;
+      case Field::kVia:
+        append_to(via, f.value);
+        continue;
+      case Field::kDate:
+        if (named.contains(n)) continue;
+        has_date = true;
+        break;
+      default:
+        if (named.contains(n)) continue;
+        break;
+    }
+    w.field(n, f.value);
   }
-  bool keep_cl = resp.body == http::BodyKind::kContentLength ||
-                 (resp.body == http::BodyKind::kNone && resp.headers.contains("content-length"));
-  std::string cl = keep_cl && resp.headers.get("content-length") != nullptr ? *resp.headers.get("content-length") : "";
-  strip_hop_by_hop(h);
-  h.remove("content-length");
-  if (keep_cl && !cl.empty() && resp.status != 204 && !resp.is_informational()) h.add("Content-Length", cl);
-  if (chunked_to_client) h.add("Transfer-Encoding", "chunked");
-  if (!h.contains("date")) h.add("Date", std::string(http::http_date_now()));
-  append_list(h, "Via", resp.version_minor == 0 ? "1.0 stealgate" : "1.1 stealgate");
+  if (keep_cl && cl_allowed && !content_length.empty()) w.field("Content-Length", content_length);
+  if (chunked_to_client) w.field("Transfer-Encoding", "chunked");
+  if (!has_date) w.field("Date", http::http_date_now());
+  w.list_field("Via", via, resp.version_minor == 0 ? "1.0 stealgate" : "1.1 stealgate");
   if (upgrade) {
-    h.add("Connection", "upgrade");
-    if (!upgrade_proto.empty()) h.add("Upgrade", upgrade_proto);
+    w.field("Connection", "upgrade");
+    if (!upgrade_proto.empty()) w.field("Upgrade", upgrade_proto);
   } else if (close) {
-    h.add("Connection", "close");
+    w.field("Connection", "close");
   }
-  if (route != nullptr) apply_header_ops(h, route->response_headers);
-  return h;
-}
-
-void apply_header_ops(http::HeaderMap& h, const config::HeaderOps& ops) {
-  for (const auto& n : ops.remove) h.remove(n);
-  for (const auto& [k, v] : ops.set) h.set(k, v);
-  for (const auto& [k, v] : ops.add) h.add(k, v);
+  w.finish();
 }
 
 std::string request_id_for(const http::RequestHead& req) {

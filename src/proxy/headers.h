@@ -24,17 +24,17 @@ struct ForwardInfo {
 // Host, Content-Length, X-Forwarded-*, X-Request-Id, Via).
 void strip_hop_by_hop(http::HeaderMap& h);
 
-// The header section for the upstream request (framing fields included).
-http::HeaderMap upstream_request_headers(const http::RequestHead& req, const config::RouteSection* route,
-                                         const ForwardInfo& info);
+// Appends the upstream request head (start line, forwarded fields, our framing and
+// forwarding fields, the route's header operations, the empty line), written in one pass
+// over the client's fields without copying them into a new header list.
+void append_upstream_request_head(std::string& out, const http::RequestHead& req, std::string_view target,
+                                  const config::RouteSection* route, const ForwardInfo& info);
 
-// The header section for the client response. `chunked_to_client` says how stealgate
-// frames the body it sends; `close` adds Connection: close.
-http::HeaderMap client_response_headers(const http::ResponseHead& resp, const config::RouteSection* route,
-                                        bool chunked_to_client, bool close, bool upgrade);
-
-// Applies route header operations: remove, then set, then add.
-void apply_header_ops(http::HeaderMap& h, const config::HeaderOps& ops);
+// Appends the client response head likewise. `chunked_to_client` says how stealgate frames
+// the body it sends; `close` adds Connection: close.
+void append_client_response_head(std::string& out, const http::ResponseHead& resp, std::string_view reason,
+                                 const config::RouteSection* route, bool chunked_to_client, bool close,
+                                 bool upgrade);
 
 // A request id: the client's when it is sane (printable, at most 128 bytes), else a new
 // random one (32 hex digits).
