@@ -21,6 +21,16 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 BIN = os.environ.get("STEALGATE_BIN", os.path.join(HERE, "..", "..", "build", "src", "stealgate"))
 
 
+def sanitized_binary():
+    """True when the stealgate binary is built with AddressSanitizer: its redzones and
+    free-quarantine make RSS measurements meaningless."""
+    try:
+        out = subprocess.run(["ldd", BIN], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return "libasan" in out
+
+
 class Upstream:
     """A tests/integration/upstream.py process."""
 
