@@ -134,6 +134,14 @@ class Stealgate:
     def port(self):
         return self.ports.get("public") or next(iter(self.ports.values()))
 
+    def rss_kib(self):
+        """Resident memory of the stealgate process, KiB."""
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        return 0
+
     def admin_get(self, path):
         return request_once(self.admin_port, "GET", path)
 

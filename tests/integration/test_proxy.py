@@ -196,15 +196,7 @@ class ProxyTest(unittest.TestCase):
     @unittest.skipIf(sanitized_binary(), "RSS is not meaningful under AddressSanitizer")
     def test_large_body_streams_with_bounded_memory(self):
         # 64 MiB through a client that reads slowly: stealgate must not buffer it.
-        pid = self.sg.proc.pid
-
-        def rss_kib():
-            with open(f"/proc/{pid}/status") as f:
-                for line in f:
-                    if line.startswith("VmRSS:"):
-                        return int(line.split()[1])
-            return 0
-
+        rss_kib = self.sg.rss_kib
         before = rss_kib()
         c = Client(self.sg.port, timeout=30)
         c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
@@ -354,14 +346,7 @@ class IdleConnectionMemoryTest(unittest.TestCase):
         sg = Stealgate(config(clusters=f"  - name: app\n    endpoints: [{up.address}]\n", routes=routes_for(),
                               logging="access_log: { enabled: false }"))
         self.addCleanup(sg.stop)
-
-        def rss_kib():
-            with open(f"/proc/{sg.proc.pid}/status") as f:
-                for line in f:
-                    if line.startswith("VmRSS:"):
-                        return int(line.split()[1])
-            return 0
-
+        rss_kib = sg.rss_kib
         n = 400
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         if soft < 2 * n + 100:
