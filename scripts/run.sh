@@ -5,9 +5,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-if [[ ! -f build-release/build.ninja ]]; then
-  meson setup build-release --buildtype=release -Dtests=false -Dbenchmarks=false >/dev/null
-fi
-ninja -C build-release src/stealgate >/dev/null
+scripts/build-release.sh
 echo "stealgate: serving http://127.0.0.1:8080/ (admin: http://127.0.0.1:9901/metrics); Ctrl-C to stop"
 exec build-release/src/stealgate --config config/stealgate.yaml "$@"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Sets everything up and runs every test suite, three builds:
+# Sets everything up and runs every test suite, four builds:
 #   1. build-test   (debugoptimized): unit, stress, integration and benchmark smoke tests
+#      build-release (scripts/run.sh's -O3 binary): builds, checks config/*.yaml
 #   2. build-asan   (AddressSanitizer + UndefinedBehaviorSanitizer): every test again
 #   3. build-tsan   (ThreadSanitizer): the concurrency suite (executor, io, stress)
 # Prints "N passed, M failed" last and exits non-zero on any failure.
@@ -69,6 +70,24 @@ run_suite() {  # label, build dir, meson setup args, compile targets ("" = all),
 
 start=$(date +%s)
 run_suite "tests" build-test "--buildtype=debugoptimized" "" ""
+
+# The release binary of the README's first command (-O3, NDEBUG: other warnings, asserts
+# compiled out) must build and accept every shipped configuration.
+release_check() {
+  scripts/build-release.sh || return 1
+  local f
+  for f in config/*.yaml; do build-release/src/stealgate --check-config "$f" || return 1; done
+}
+echo "== release: building build-release/src/stealgate"
+if release_check >/tmp/stealgate-release-build.log 2>&1; then
+  passed=$((passed + 1))
+  echo "== release: 1 passed, 0 failed"
+else
+  tail -30 /tmp/stealgate-release-build.log
+  failed=$((failed + 1))
+  failures+=("release: build or --check-config of config/*.yaml")
+  echo "== release: 0 passed, 1 failed"
+fi
 
 if [[ "$skip" != *" asan "* ]]; then
   export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:halt_on_error=1"

@@ -175,7 +175,7 @@ class LocalQueue {
   // the overflow queue under a single lock acquisition. Tokio moves the oldest half too:
   // they have waited longest, and the injection queue is checked by every worker.
   template <class Overflow>
-  bool push_overflow(T* task, uint32_t head, uint32_t tail, Overflow& overflow) {
+  bool push_overflow(T* task, uint32_t head, [[maybe_unused]] uint32_t tail, Overflow& overflow) {
     assert(tail - head == Capacity);
     uint64_t expected = Inner::pack(head, head);
     uint32_t new_head = head + kOverflowBatch;
