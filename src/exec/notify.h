@@ -10,10 +10,11 @@
 // under the lock are CASes so they cannot overwrite a concurrent permit.
 //
 // Waiters live in their awaiter (in the coroutine frame) and are linked under `mu_`. A
-// notifier unlinks a waiter and takes a reference on its task under `mu_`, then wakes it
-// after unlocking (waking can run arbitrary drop code at shutdown, which must not find
-// the lock held). A waiter destroyed early (its task was cancelled) unlinks itself under
-// `mu_` if still linked. Only the notifier that unlinked a waiter completes its wait.
+// notifier unlinks a waiter and completes its wait under `mu_` (see complete_head_locked),
+// then queues the task after unlocking (queueing can run arbitrary drop code at shutdown,
+// which must not find the lock held). A waiter destroyed early (its task was cancelled)
+// unlinks itself under `mu_` if still linked. Only the notifier that unlinked a waiter
+// completes its wait.
 #pragma once
 
 #include <atomic>
@@ -66,13 +67,15 @@ class Notify {
         }
         continue;
       }
-      std::unique_lock lk(mu_);
+      mu_.lock();
       s = state_.load(std::memory_order_relaxed);
-      if (s != kWaiting) continue;  // the list emptied meanwhile
-      Waker waker = take_locked(head_);
-      if (head_ == nullptr) state_.store(kEmpty, std::memory_order_release);
-      lk.unlock();
-      std::move(waker).wake();
+      if (s != kWaiting) {  // the list emptied meanwhile
+        mu_.unlock();
+        continue;
+      }
+      TaskHeader* to_schedule = complete_head_locked();
+      mu_.unlock();
+      if (to_schedule != nullptr) schedule_task(to_schedule, ScheduleKind::kWake);
       return;
     }
   }
@@ -153,6 +156,28 @@ class Notify {
     else head_ = w;
     tail_ = w;
     w->linked.store(true, std::memory_order_relaxed);
+  }
+  // Unlinks the oldest waiter and completes its wait, under the lock and without taking
+  // a task reference: while we hold `mu_` the waiter's destructor cannot run, so its task
+  // cannot complete and be freed. We are the only completer (we unlinked it), so the wait
+  // token needs no CAS. Setting NOTIFIED on an idle task obliges us to queue it, and also
+  // pins it (a notified task cannot complete before it is polled), so the queueing can
+  // happen after unlocking -- which matters at shutdown, where queueing drops the task and
+  // its awaiters' destructors take this lock. Returns the task to queue, if any.
+  TaskHeader* complete_head_locked() {
+    Waiter* w = head_;
+    unlink_locked(w);
+    if (head_ == nullptr) state_.store(kEmpty, std::memory_order_release);
+    CoroTaskBase* t = w->task;
+    t->wait_result = WaitResult{};
+    // Release: the poll that sees IDLE sees wait_result.
+    t->wait_token.store(w->gen << 2, std::memory_order_release);
+    uint32_t prev = t->state.fetch_or(task_state::kNotified, std::memory_order_acq_rel);
+    // Last touch of the waiter: from here its awaiter may be destroyed (release pairs with
+    // the destructor's acquire load).
+    w->linked.store(false, std::memory_order_release);
+    using namespace task_state;
+    return (prev & (kRunning | kNotified | kComplete)) == 0 ? t : nullptr;
   }
   // Unlinks w and returns a waker for its task (holding a reference, so the task stays
   // alive until woken even if its awaiter is destroyed right after we unlock).
