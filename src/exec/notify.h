@@ -1,13 +1,14 @@
 // Notify: wakes one waiting task, or stores a single permit when none waits (Tokio's
 // sync::Notify notify_one / notified semantics).
 //
-// State (atomic, so the uncontended paths take no lock):
-//   EMPTY     no permit, no waiter
-//   NOTIFIED  one stored permit
-//   WAITING   the waiter list is non-empty (only changed under `mu_`)
-// Only EMPTY -> NOTIFIED (notify_one) and NOTIFIED -> EMPTY (await_ready) happen without
-// the lock; every other transition is made under `mu_`, and the transitions out of EMPTY
-// under the lock are CASes so they cannot overwrite a concurrent permit.
+// State (atomic, so the uncontended paths take no lock; named unlike task_state's bits,
+// which this file also uses):
+//   NO_PERMIT    no permit, no waiter
+//   PERMIT       one stored permit
+//   HAS_WAITERS  the waiter list is non-empty (only changed under `mu_`)
+// Only NO_PERMIT -> PERMIT (notify_one) and PERMIT -> NO_PERMIT (await_ready) happen
+// without the lock; every other transition is made under `mu_`, and the transitions out of
+// NO_PERMIT under the lock are CASes so they cannot overwrite a concurrent permit.
 //
 // Waiters live in their awaiter (in the coroutine frame) and are linked under `mu_`. A
 // notifier unlinks a waiter and completes its wait under `mu_` (see complete_head_locked),
@@ -28,13 +29,15 @@
 namespace sg::exec {
 
 class Notify {
-  static constexpr uint32_t kEmpty = 0, kNotified = 1, kWaiting = 2;
+  static constexpr uint32_t kNoPermit = 0, kPermit = 1, kHasWaiters = 2;
 
+  // The links, task and generation are written when the waiter is linked; only `linked`
+  // is read before that (by the awaiter's destructor).
   struct Waiter {
-    Waiter* prev = nullptr;
-    Waiter* next = nullptr;
-    CoroTaskBase* task = nullptr;
-    uint64_t gen = 0;
+    Waiter* prev;
+    Waiter* next;
+    CoroTaskBase* task;
+    uint64_t gen;
     std::atomic<bool> linked{false};
   };
 
@@ -59,9 +62,9 @@ class Notify {
   void notify_one() {
     uint32_t s = state_.load(std::memory_order_acquire);
     for (;;) {
-      if (s != kWaiting) {
+      if (s != kHasWaiters) {
         // Acq_rel: the task that later consumes the permit acquires our writes.
-        if (state_.compare_exchange_weak(s, kNotified, std::memory_order_acq_rel,
+        if (state_.compare_exchange_weak(s, kPermit, std::memory_order_acq_rel,
                                          std::memory_order_acquire)) {
           return;
         }
@@ -69,7 +72,7 @@ class Notify {
       }
       mu_.lock();
       s = state_.load(std::memory_order_relaxed);
-      if (s != kWaiting) {  // the list emptied meanwhile
+      if (s != kHasWaiters) {  // the list emptied meanwhile
         mu_.unlock();
         continue;
       }
@@ -88,9 +91,9 @@ class Notify {
       bool waited = false;
 
       bool await_ready() noexcept {
-        uint32_t expected = kNotified;
-        if (n->state_.load(std::memory_order_relaxed) == kNotified &&
-            n->state_.compare_exchange_strong(expected, kEmpty, std::memory_order_acq_rel,
+        uint32_t expected = kPermit;
+        if (n->state_.load(std::memory_order_relaxed) == kPermit &&
+            n->state_.compare_exchange_strong(expected, kNoPermit, std::memory_order_acq_rel,
                                               std::memory_order_relaxed)) {
           // Took the permit. Completed at once; yield if the budget is spent.
           forced_yield = !coop_proceed();
@@ -105,15 +108,15 @@ class Notify {
         }
         std::lock_guard lk(n->mu_);
         for (uint32_t s = n->state_.load(std::memory_order_acquire);;) {
-          if (s == kNotified) {
-            if (n->state_.compare_exchange_weak(s, kEmpty, std::memory_order_acq_rel,
+          if (s == kPermit) {
+            if (n->state_.compare_exchange_weak(s, kNoPermit, std::memory_order_acq_rel,
                                                 std::memory_order_acquire)) {
               return false;  // a permit arrived meanwhile: continue without suspending
             }
             continue;
           }
-          if (s == kEmpty &&
-              !n->state_.compare_exchange_weak(s, kWaiting, std::memory_order_acq_rel,
+          if (s == kNoPermit &&
+              !n->state_.compare_exchange_weak(s, kHasWaiters, std::memory_order_acq_rel,
                                                std::memory_order_acquire)) {
             continue;
           }
@@ -140,7 +143,7 @@ class Notify {
           if (node.linked.load(std::memory_order_relaxed)) {
             n->unlink_locked(&node);
             node.linked.store(false, std::memory_order_relaxed);
-            if (n->head_ == nullptr) n->state_.store(kEmpty, std::memory_order_release);
+            if (n->head_ == nullptr) n->state_.store(kNoPermit, std::memory_order_release);
           }
         }
       }
@@ -166,18 +169,23 @@ class Notify {
   // its awaiters' destructors take this lock. Returns the task to queue, if any.
   TaskHeader* complete_head_locked() {
     Waiter* w = head_;
-    unlink_locked(w);
-    if (head_ == nullptr) state_.store(kEmpty, std::memory_order_release);
+    head_ = w->next;
+    if (head_ != nullptr) {
+      head_->prev = nullptr;
+    } else {
+      tail_ = nullptr;
+      state_.store(kNoPermit, std::memory_order_release);
+    }
     CoroTaskBase* t = w->task;
-    t->wait_result = WaitResult{};
-    // Release: the poll that sees IDLE sees wait_result.
+    // No wait_result: a notification carries none and notified() never reads it.
+    // Release: the poll that sees IDLE sees what the notifier wrote before notifying.
     t->wait_token.store(w->gen << 2, std::memory_order_release);
     uint32_t prev = t->state.fetch_or(task_state::kNotified, std::memory_order_acq_rel);
     // Last touch of the waiter: from here its awaiter may be destroyed (release pairs with
     // the destructor's acquire load).
     w->linked.store(false, std::memory_order_release);
-    using namespace task_state;
-    return (prev & (kRunning | kNotified | kComplete)) == 0 ? t : nullptr;
+    constexpr uint32_t kBusy = task_state::kRunning | task_state::kNotified | task_state::kComplete;
+    return (prev & kBusy) == 0 ? t : nullptr;
   }
   // Unlinks w and returns a waker for its task (holding a reference, so the task stays
   // alive until woken even if its awaiter is destroyed right after we unlock).
@@ -197,7 +205,7 @@ class Notify {
     w->prev = w->next = nullptr;
   }
 
-  std::atomic<uint32_t> state_{kEmpty};
+  std::atomic<uint32_t> state_{kNoPermit};
   SpinLock mu_;
   Waiter* head_ = nullptr;
   Waiter* tail_ = nullptr;
