@@ -27,7 +27,6 @@ class Driver {
 struct SharedDriver {
   Driver* driver = nullptr;  // null: no I/O, parked workers only sleep
   std::mutex lock;
-  uint32_t max_events = 1024;
 };
 
 }  // namespace sg::exec

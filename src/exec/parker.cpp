@@ -15,11 +15,11 @@ struct DriverScope {
 
 }  // namespace
 
-bool Parker::park() {
+bool Parker::park(uint32_t max_events) {
   uint32_t expected = kNotified;
   if (state_.compare_exchange_strong(expected, kEmpty, std::memory_order_seq_cst)) return false;
   if (driver_->driver != nullptr && driver_->lock.try_lock()) {
-    park_driver();
+    park_driver(max_events);
     driver_->lock.unlock();
     return true;
   }
@@ -43,7 +43,7 @@ void Parker::park_condvar() {
   }
 }
 
-void Parker::park_driver() {
+void Parker::park_driver(uint32_t max_events) {
   uint32_t expected = kEmpty;
   if (!state_.compare_exchange_strong(expected, kParkedDriver, std::memory_order_seq_cst)) {
     state_.exchange(kEmpty, std::memory_order_seq_cst);
@@ -51,17 +51,17 @@ void Parker::park_driver() {
   }
   {
     DriverScope scope;
-    driver_->driver->park(driver_->max_events);
+    driver_->driver->park(max_events);
   }
   // Either still PARKED_DRIVER (woken by I/O) or NOTIFIED (woken by unpark): both end here.
   state_.exchange(kEmpty, std::memory_order_seq_cst);
 }
 
-bool Parker::poll_driver() {
+bool Parker::poll_driver(uint32_t max_events) {
   if (driver_->driver == nullptr || !driver_->lock.try_lock()) return false;
   {
     DriverScope scope;
-    driver_->driver->poll(driver_->max_events);
+    driver_->driver->poll(max_events);
   }
   driver_->lock.unlock();
   return true;

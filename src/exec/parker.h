@@ -26,16 +26,16 @@ class Parker {
 
   // Sleeps until unpark(), or, when this thread wins the driver, until I/O is ready.
   // Returns true when this thread drove the I/O driver.
-  bool park();
+  bool park(uint32_t max_events);
   // Polls the driver without blocking if no other thread holds it. True if it polled.
-  bool poll_driver();
+  bool poll_driver(uint32_t max_events);
   void unpark();
 
  private:
   static constexpr uint32_t kEmpty = 0, kParkedCondvar = 1, kParkedDriver = 2, kNotified = 3;
 
   void park_condvar();
-  void park_driver();
+  void park_driver(uint32_t max_events);
 
   std::atomic<uint32_t> state_{kEmpty};
   std::mutex mu_;

@@ -49,7 +49,6 @@ void Scheduler::release(std::unique_ptr<Scheduler> s) {
 Scheduler::Scheduler(const RuntimeConfig& cfg, std::unique_ptr<Driver> driver)
     : cfg_(resolve(cfg)), driver_owner_(std::move(driver)), idle_(cfg_.worker_threads) {
   driver_.driver = driver_owner_.get();
-  driver_.max_events = cfg_.max_io_events_per_tick;
   live_ = std::make_unique<LiveSlot[]>(cfg_.worker_threads + 1);
   workers_.reserve(cfg_.worker_threads);
   for (std::size_t i = 0; i < cfg_.worker_threads; ++i) {

@@ -84,6 +84,7 @@ class Worker {
   void tune_global_queue_interval();
   void publish_stats(uint64_t now);
   void push_back(TaskHeader* t);
+  uint32_t driver_budget() const;
   [[gnu::noinline]] void schedule_local_slow(TaskHeader* t, ScheduleKind kind);
   bool has_local_work() const { return lifo_ != nullptr || priority_queue_.has_tasks() || run_queue_.has_tasks(); }
 
