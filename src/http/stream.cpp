@@ -175,15 +175,19 @@ exec::Task<HeadRead> MessageReader::read_head(io::Deadline first_byte, io::Clock
   }
 }
 
+BodyRead MessageReader::buffered_body() {
+  // Feed even with nothing buffered: a message without a body completes that way.
+  ParseResult r = parser_.feed(buf_ ? buf_ + begin_ : "", end_ - begin_);
+  begin_ += r.consumed;
+  if (r.event == ParseEvent::kError) return BodyRead{ReadStatus::kParseError, {}, {}, false};
+  chunks_.assign(parser_.body().begin(), parser_.body().end());
+  return BodyRead{ReadStatus::kOk, {}, chunks_, r.event == ParseEvent::kMessageDone};
+}
+
 exec::Task<BodyRead> MessageReader::read_body(io::Deadline dl) {
   for (;;) {
-    // Feed even with nothing buffered: a message without a body completes that way.
-    ParseResult r = parser_.feed(buf_ ? buf_ + begin_ : "", end_ - begin_);
-    begin_ += r.consumed;
-    if (r.event == ParseEvent::kError) co_return BodyRead{ReadStatus::kParseError, {}, {}, false};
-    chunks_.assign(parser_.body().begin(), parser_.body().end());
-    bool done = r.event == ParseEvent::kMessageDone;
-    if (!chunks_.empty() || done) co_return BodyRead{ReadStatus::kOk, {}, chunks_, done};
+    BodyRead b = buffered_body();
+    if (b.status != ReadStatus::kOk || !b.chunks.empty() || b.done) co_return b;
     // Everything buffered was consumed without body bytes: read more.
     reserve_empty(kBodyBuffer);
     io::IoResult rr = co_await s_.read_some(std::span<char>(buf_, size_), dl);

@@ -61,6 +61,10 @@ class MessageReader {
 
   // Decoded body bytes of the current message; `done` once it is complete.
   exec::Task<BodyRead> read_body(io::Deadline dl);
+  // Like read_body, from what is already buffered only (no I/O): the body bytes that
+  // arrived with the head, so they can leave in the same write as the head. No chunks
+  // and not done means nothing usable is buffered yet; read_body continues from there.
+  BodyRead buffered_body();
 
   Parser& parser() { return parser_; }
   // Bytes received after the current message.

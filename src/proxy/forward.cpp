@@ -45,14 +45,18 @@ std::string rewritten_target(const http::RequestHead& req, const config::RouteSe
   return path;
 }
 
-// Writes decoded body pieces to `dst`, framed as chunks when `chunked`.
-exec::Task<std::error_code> write_body(io::TcpStream& dst, std::span<const std::string_view> pieces, bool chunked,
-                                       io::Deadline dl) {
+// Writes decoded body pieces to `dst`, framed as chunks when `chunked`, after `prefix`
+// (a message head not sent yet) and before `suffix` (the last chunk), so that a small
+// response leaves in one gathered write instead of two or three.
+exec::Task<std::error_code> write_body(io::TcpStream& dst, std::string_view prefix,
+                                       std::span<const std::string_view> pieces, bool chunked,
+                                       std::string_view suffix, io::Deadline dl) {
   constexpr std::size_t kGroup = 32;
-  std::array<std::string_view, kGroup * 3> bufs;
+  std::array<std::string_view, kGroup * 3 + 2> bufs;
   std::array<std::array<char, 20>, kGroup> size_lines;
-  for (std::size_t i = 0; i < pieces.size(); i += kGroup) {
+  for (std::size_t i = 0; i == 0 || i < pieces.size(); i += kGroup) {
     std::size_t n = 0;
+    if (i == 0 && !prefix.empty()) bufs[n++] = prefix;
     for (std::size_t k = i; k < pieces.size() && k < i + kGroup; ++k) {
       std::string_view p = pieces[k];
       if (p.empty()) continue;
@@ -68,6 +72,7 @@ exec::Task<std::error_code> write_body(io::TcpStream& dst, std::span<const std::
         bufs[n++] = p;
       }
     }
+    if (i + kGroup >= pieces.size() && !suffix.empty()) bufs[n++] = suffix;
     if (n == 0) continue;
     if (auto ec = co_await dst.write_all(std::span<const std::string_view>(bufs.data(), n), dl)) co_return ec;
   }
@@ -327,7 +332,7 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
           co_return ForwardResult{false};
         }
         for (auto c : br.chunks) ctx.bytes_in += c.size();
-        if (auto ec = co_await write_body(up, br.chunks, chunked, io::Deadline::after(rcfg.timeout))) {
+        if (auto ec = co_await write_body(up, {}, br.chunks, chunked, {}, io::Deadline::after(rcfg.timeout))) {
           // The upstream stopped reading; it may have answered already (e.g. 413).
           have_head = true;
           hr = co_await up_reader.read_head(io::Deadline::after(100ms), 100ms, nullptr);
@@ -479,14 +484,13 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
       std::string head;
       append_client_response_head(head, resp, resp.reason.empty() ? http::reason_phrase(resp.status) : resp.reason,
                                   &rcfg, chunked_down, !client_keep, upgraded);
-      if (auto ec = co_await down.client.write_all(head, io::Deadline::after(down.listener.send_timeout))) {
-        up.close();
-        ctx.status = 0;
-        ctx.note = "client write failed";
-        co_return ForwardResult{false};
-      }
-
       if (upgraded) {
+        if (auto ec = co_await down.client.write_all(head, io::Deadline::after(down.listener.send_timeout))) {
+          up.close();
+          ctx.status = 0;
+          ctx.note = "client write failed";
+          co_return ForwardResult{false};
+        }
         std::string_view client_left = down.reader.buffered();
         std::string_view up_left = up_reader.buffered();
         co_await tunnel(down.client, up, client_left, up_left, down.listener.idle_timeout, ctx);
@@ -494,9 +498,12 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
         co_return ForwardResult{false};
       }
 
+      // The head leaves at once, together with whatever body bytes arrived with it (and
+      // the last chunk, when that arrived too): one write for a small response. A body
+      // still on its way never holds the head back (streaming responses).
       bool upstream_clean = true;
-      for (;;) {
-        http::BodyRead br = co_await up_reader.read_body(io::Deadline::after(rcfg.timeout));
+      bool head_sent = false;
+      for (http::BodyRead br = up_reader.buffered_body();;) {
         if (br.status != http::ReadStatus::kOk) {
           // Mid-body failure: the client must not see a complete-looking response.
           upstream_clean = false;
@@ -506,28 +513,25 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
           } else {
             ctx.note = "upstream broke mid-body";
           }
+          if (!head_sent) (void)co_await down.client.write_all(head, io::Deadline::after(down.listener.send_timeout));
           up.close();
           co_return ForwardResult{false};
         }
         for (auto c : br.chunks) ctx.bytes_out += c.size();
-        if (!br.chunks.empty()) {
-          if (auto ec = co_await write_body(down.client, br.chunks, chunked_down,
-                                            io::Deadline::after(down.listener.send_timeout))) {
+        std::string tail;
+        if (br.done && chunked_down) tail = last_chunk(up_reader.parser().trailers(), chunked_up);
+        if (!head_sent || !br.chunks.empty() || !tail.empty()) {
+          if (auto ec = co_await write_body(down.client, head_sent ? std::string_view{} : head, br.chunks,
+                                            chunked_down, tail, io::Deadline::after(down.listener.send_timeout))) {
             up.close();
-            ctx.note = "client write failed mid-body";
+            if (!head_sent) ctx.status = 0;
+            ctx.note = head_sent ? "client write failed mid-body" : "client write failed";
             co_return ForwardResult{false};
           }
+          head_sent = true;
         }
-        if (br.done) {
-          if (chunked_down) {
-            std::string tail = last_chunk(up_reader.parser().trailers(), chunked_up);
-            if (co_await down.client.write_all(tail, io::Deadline::after(down.listener.send_timeout))) {
-              up.close();
-              co_return ForwardResult{false};
-            }
-          }
-          break;
-        }
+        if (br.done) break;
+        br = co_await up_reader.read_body(io::Deadline::after(rcfg.timeout));
       }
 
       // Reuse the upstream connection only after a cleanly framed exchange.

@@ -320,6 +320,20 @@ class UpstreamFaultTest(unittest.TestCase):
             got += data
         self.assertLess(len(got), 100, "the client must not receive a complete-looking body")
 
+    def test_response_head_is_not_held_back_behind_a_slow_body(self):
+        # Head and first body bytes share a write only when they arrive together. (The
+        # pause stays under this class's 500 ms upstream timeout.)
+        c = Client(self.sg.port)
+        t0 = time.time()
+        c.send(b"GET /stream-head?ms=400 HTTP/1.1\r\nHost: h\r\n\r\n")
+        head = c._until(b"\r\n\r\n")
+        head_at = time.time() - t0
+        self.assertIn(b"200", head)
+        self.assertLess(head_at, 0.3, "the head must reach the client before the body exists")
+        body = c._until(b"0\r\n\r\n")
+        self.assertIn(b"hello", body)
+        self.assertGreater(time.time() - t0, 0.35)
+
     def test_upstream_stall_mid_body_times_out_and_closes(self):
         c = Client(self.sg.port)
         c.send(b"GET /trickle?ms=3000 HTTP/1.1\r\nHost: h\r\n\r\n")

@@ -199,6 +199,12 @@ def handle(conn, req, conn_id):
         time.sleep(int(params.get("ms", "3000")) / 1000)
         s.sendall(b"56789")
         return True
+    if path == "/stream-head":
+        # A streaming response: the head alone, the body only after a pause.
+        s.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        time.sleep(int(params.get("ms", "800")) / 1000)
+        s.sendall(b"5\r\nhello\r\n0\r\n\r\n")
+        return True
     if path == "/close-after":
         respond(s, 200, b"bye", [("Connection", "close")])
         return False
