@@ -215,6 +215,26 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
     co_return ForwardResult{ok && !lr.close};
   };
 
+  // Body bytes that arrived with the head go upstream in the same write as the head (and,
+  // when the whole body is here, with its last chunk). They stay valid views into the
+  // client reader until its next read, so a retry can still replay them.
+  http::BodyRead early_body;
+  std::string early_tail;
+  const bool chunked_request = req.body == http::BodyKind::kChunked;
+  if (has_body && !req.expect_continue) {
+    early_body = down.reader.buffered_body();
+    if (early_body.status != http::ReadStatus::kOk) {
+      int st = down.reader.parser().error_status();
+      ctx.note = "bad request body: " + down.reader.parser().error_detail();
+      co_return co_await reply(st != 0 ? st : 400, true);
+    }
+    for (auto c : early_body.chunks) ctx.bytes_in += c.size();
+    if (early_body.done) {
+      request_body_consumed = true;
+      if (chunked_request) early_tail = last_chunk(down.reader.parser().trailers(), true);
+    }
+  }
+
   for (uint32_t attempt = 0;; ++attempt) {
     ctx.attempts = static_cast<int>(attempt + 1);
     int idx = -1;
@@ -264,7 +284,7 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
     const auto sent_at = io::Clock::now();
     bool head_time_recorded = false;
     io::Deadline send_dl = io::Deadline::after(rcfg.timeout);
-    if (auto ec = co_await up.write_all(head_bytes, send_dl)) {
+    if (auto ec = co_await write_body(up, head_bytes, early_body.chunks, chunked_request, early_tail, send_dl)) {
       up.close();
       if (reused && !body_started) {
         fresh_only = true;  // a stale pooled connection: same request on a new connection
@@ -309,10 +329,10 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
       }
     }
 
-    // --- request body ---
-    if (has_body && !have_head) {
+    // --- request body (what did not come with the head) ---
+    if (has_body && !have_head && !request_body_consumed) {
       body_started = true;
-      const bool chunked = req.body == http::BodyKind::kChunked;
+      const bool chunked = chunked_request;
       for (;;) {
         http::BodyRead br = co_await down.reader.read_body(io::Deadline::after(down.listener.body_timeout));
         if (br.status != http::ReadStatus::kOk) {
