@@ -110,7 +110,9 @@ void executor_families(Families& fs, const exec::RuntimeStats& st) {
   // Scheduling delay (runnable -> polled), sampled, all workers together.
   exec::WorkerCounters tot = st.total();
   auto& h = fs.family("stealgate_executor_scheduling_delay_seconds",
-                      "Time from a task becoming runnable to its poll (sampled).", MetricType::Histogram);
+                      "Time a runnable task waits in a run queue before its poll (sampled; "
+                      "LIFO-slot hand-offs do not queue and are not sampled).",
+                      MetricType::Histogram);
   ClientMetric m;
   uint64_t cum = 0;
   for (std::size_t i = 0; i < exec::kDelayBuckets; ++i) {
