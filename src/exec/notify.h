@@ -25,6 +25,7 @@
 
 #include "exec/coro.h"
 #include "exec/spin_lock.h"
+#include "exec/waiter_list.h"
 
 namespace sg::exec {
 
@@ -49,8 +50,8 @@ class Notify {
     // Tasks still waiting could never be notified again: cancel them (they are dropped at
     // their next scheduling, which this causes).
     std::unique_lock lk(mu_);
-    while (Waiter* w = head_) {
-      Waker waker = take_locked(w);
+    while (!waiters_.empty()) {
+      Waker waker = take_front_locked();
       lk.unlock();
       waker.task()->state.fetch_or(task_state::kCancelled, std::memory_order_acq_rel);
       std::move(waker).wake({}, ScheduleKind::kYield);
@@ -125,7 +126,8 @@ class Notify {
         node.task = tl_ctx.current;
         node.gen = arm_wait_unowned(h);
         waited = true;
-        n->link_locked(&node);
+        n->waiters_.push_back(&node);
+        node.linked.store(true, std::memory_order_relaxed);
         return true;
       }
       // A completed wait spends one unit of the budget (the permit path spent it in
@@ -141,9 +143,9 @@ class Notify {
         if (node.linked.load(std::memory_order_acquire)) {
           std::lock_guard lk(n->mu_);
           if (node.linked.load(std::memory_order_relaxed)) {
-            n->unlink_locked(&node);
+            n->waiters_.remove(&node);
             node.linked.store(false, std::memory_order_relaxed);
-            if (n->head_ == nullptr) n->state_.store(kNoPermit, std::memory_order_release);
+            if (n->waiters_.empty()) n->state_.store(kNoPermit, std::memory_order_release);
           }
         }
       }
@@ -152,14 +154,6 @@ class Notify {
   }
 
  private:
-  void link_locked(Waiter* w) {
-    w->prev = tail_;
-    w->next = nullptr;
-    if (tail_) tail_->next = w;
-    else head_ = w;
-    tail_ = w;
-    w->linked.store(true, std::memory_order_relaxed);
-  }
   // Unlinks the oldest waiter and completes its wait, under the lock and without taking
   // a task reference: while we hold `mu_` the waiter's destructor cannot run, so its task
   // cannot complete and be freed. We are the only completer (we unlinked it), so the wait
@@ -168,14 +162,8 @@ class Notify {
   // happen after unlocking -- which matters at shutdown, where queueing drops the task and
   // its awaiters' destructors take this lock. Returns the task to queue, if any.
   TaskHeader* complete_head_locked() {
-    Waiter* w = head_;
-    head_ = w->next;
-    if (head_ != nullptr) {
-      head_->prev = nullptr;
-    } else {
-      tail_ = nullptr;
-      state_.store(kNoPermit, std::memory_order_release);
-    }
+    Waiter* w = waiters_.pop_front();
+    if (waiters_.empty()) state_.store(kNoPermit, std::memory_order_release);
     CoroTaskBase* t = w->task;
     // No wait_result: a notification carries none and notified() never reads it.
     // Release: the poll that sees IDLE sees what the notifier wrote before notifying.
@@ -187,28 +175,19 @@ class Notify {
     constexpr uint32_t kBusy = task_state::kRunning | task_state::kNotified | task_state::kComplete;
     return (prev & kBusy) == 0 ? t : nullptr;
   }
-  // Unlinks w and returns a waker for its task (holding a reference, so the task stays
-  // alive until woken even if its awaiter is destroyed right after we unlock).
-  Waker take_locked(Waiter* w) {
-    unlink_locked(w);
+  // Unlinks the oldest waiter and returns a waker for its task (holding a reference, so
+  // the task stays alive until woken even if its awaiter is destroyed once we unlock).
+  Waker take_front_locked() {
+    Waiter* w = waiters_.pop_front();
     task_ref_inc(w->task);
     Waker waker(w->task, w->gen);
     // Last touch of the waiter: from here its awaiter may be destroyed.
     w->linked.store(false, std::memory_order_release);
     return waker;
   }
-  void unlink_locked(Waiter* w) {
-    if (w->prev) w->prev->next = w->next;
-    else head_ = w->next;
-    if (w->next) w->next->prev = w->prev;
-    else tail_ = w->prev;
-    w->prev = w->next = nullptr;
-  }
-
   std::atomic<uint32_t> state_{kNoPermit};
   SpinLock mu_;
-  Waiter* head_ = nullptr;
-  Waiter* tail_ = nullptr;
+  WaiterList<Waiter> waiters_;  // under mu_
 };
 
 }  // namespace sg::exec

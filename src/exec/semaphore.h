@@ -21,6 +21,7 @@
 
 #include "exec/coro.h"
 #include "exec/spin_lock.h"
+#include "exec/waiter_list.h"
 
 namespace sg::exec {
 
@@ -37,8 +38,8 @@ enum class AcquireStatus : uint8_t { kAcquired, kQueueFull, kTimeout };
 
 class Semaphore {
   struct Waiter {
-    Waiter* prev = nullptr;
-    Waiter* next = nullptr;
+    Waiter* prev;  // WaiterList links
+    Waiter* next;
     Waker waker;
     bool linked = false;   // under mu_
     bool granted = false;  // under mu_: a permit was handed to this waiter
@@ -73,14 +74,14 @@ class Semaphore {
 
   bool try_acquire() {
     std::lock_guard lk(mu_);
-    if (available_ == 0 || head_ != nullptr) return false;
+    if (available_ == 0 || !waiters_.empty()) return false;
     --available_;
     return true;
   }
 
   void release() {
     std::unique_lock lk(mu_);
-    if (Waiter* w = head_) {
+    if (Waiter* w = waiters_.front()) {
       unlink_locked(w);
       w->granted = true;
       Waker waker = std::move(w->waker);
@@ -103,7 +104,7 @@ class Semaphore {
 
       bool await_ready() noexcept {
         std::lock_guard lk(s->mu_);
-        if (s->available_ > 0 && s->head_ == nullptr) {
+        if (s->available_ > 0 && s->waiters_.empty()) {
           --s->available_;
           return true;
         }
@@ -117,7 +118,7 @@ class Semaphore {
         Waker w = arm_wait(h);
         std::lock_guard lk(s->mu_);
         // Re-check: a permit may have been released since await_ready.
-        if (s->available_ > 0 && s->head_ == nullptr) {
+        if (s->available_ > 0 && s->waiters_.empty()) {
           --s->available_;
           disarm_wait(w.task(), w.generation());
           return false;  // w's reference drops at scope exit
@@ -172,20 +173,12 @@ class Semaphore {
   static constexpr std::size_t kGranted = 7;
 
   void link_locked(Waiter* w) {
-    w->prev = tail_;
-    w->next = nullptr;
-    if (tail_) tail_->next = w;
-    else head_ = w;
-    tail_ = w;
+    waiters_.push_back(w);
     w->linked = true;
     waiting_.fetch_add(1, std::memory_order_relaxed);
   }
   void unlink_locked(Waiter* w) {
-    if (w->prev) w->prev->next = w->next;
-    else head_ = w->next;
-    if (w->next) w->next->prev = w->prev;
-    else tail_ = w->prev;
-    w->prev = w->next = nullptr;
+    waiters_.remove(w);
     w->linked = false;
     waiting_.fetch_sub(1, std::memory_order_relaxed);
   }
@@ -194,8 +187,7 @@ class Semaphore {
   std::size_t available_;
   const std::size_t max_waiters_;
   std::atomic<std::size_t> waiting_{0};
-  Waiter* head_ = nullptr;
-  Waiter* tail_ = nullptr;
+  WaiterList<Waiter> waiters_;
 };
 
 }  // namespace sg::exec
