@@ -80,6 +80,15 @@ class WaitHandler {
   std::size_t tag_;
 };
 
+// Races a wait against `deadline` (if set): the timer completes the same armed wait with
+// kTagTimer. Shared by the socket awaiters below.
+inline void arm_deadline(std::optional<SteadyTimer>& timer, const Executor& ex, Deadline deadline,
+                         const exec::Waker& w) {
+  if (!deadline.is_set()) return;
+  timer.emplace(ex, deadline.at);
+  timer->async_wait(WaitHandler(w.clone(), kTagTimer));
+}
+
 // Waits until `sock` is ready for `what` or the deadline passes; yields the error (or
 // errc::timed_out). A losing operation is left to complete on its own: its handler finds
 // the wait already taken and only drops its reference; the timer is cancelled when the
@@ -94,10 +103,7 @@ struct ReadyAwaiter {
   bool await_ready() const noexcept { return false; }
   void await_suspend(std::coroutine_handle<> h) {
     exec::Waker w = exec::arm_wait(h);
-    if (deadline.is_set()) {
-      timer.emplace(sock.get_executor(), deadline.at);
-      timer->async_wait(WaitHandler(w.clone(), kTagTimer));
-    }
+    arm_deadline(timer, sock.get_executor(), deadline, w);
     sock.async_wait(what, WaitHandler(std::move(w), kTagReady));
   }
   std::error_code await_resume() {
@@ -130,10 +136,7 @@ struct EitherAwaiter {
   bool await_ready() const noexcept { return false; }
   void await_suspend(std::coroutine_handle<> h) {
     exec::Waker w = exec::arm_wait(h);
-    if (deadline.is_set()) {
-      timer.emplace(a.get_executor(), deadline.at);
-      timer->async_wait(WaitHandler(w.clone(), kTagTimer));
-    }
+    arm_deadline(timer, a.get_executor(), deadline, w);
     b.async_wait(asio::socket_base::wait_read, WaitHandler(w.clone(), kTagReady + 2));
     a.async_wait(asio::socket_base::wait_read, WaitHandler(std::move(w), kTagReady));
   }

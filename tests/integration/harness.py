@@ -221,6 +221,19 @@ class Client:
             raise EOFError("connection closed")
         self.buf += data
 
+    def read_to_close(self):
+        """Everything buffered plus whatever arrives until the peer closes or resets."""
+        out, self.buf = self.buf, b""
+        while True:
+            try:
+                data = self.sock.recv(65536)
+            except OSError:
+                break
+            if not data:
+                break
+            out += data
+        return out
+
     def _until(self, marker):
         while marker not in self.buf:
             self._fill()
@@ -268,16 +281,7 @@ class Client:
         elif resp.header("content-length") is not None:
             resp.body = self._n(int(resp.header("content-length")))
         else:
-            body = self.buf
-            self.buf = b""
-            while True:
-                try:
-                    data = self.sock.recv(65536)
-                except OSError:
-                    break
-                if not data:
-                    break
-                body += data
+            body = self.read_to_close()
             resp.body = body
         return resp
 
