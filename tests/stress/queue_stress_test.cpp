@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -67,6 +68,14 @@ void run_stress(int num_tasks, int thieves) {
     }
     // Give thieves a chance now and then so steals interleave with pushes and pops.
     if (i % 4096 == 0) std::this_thread::yield();
+    // Halfway, make sure a steal has happened at all (on a loaded 2-core machine the
+    // thieves may not have been scheduled yet): hold the queue non-empty until one has.
+    if (i == num_tasks / 2) {
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (steals.load() == 0 && !stealer.is_empty() && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::yield();
+      }
+    }
   }
   while (FakeTask* t = owner.pop()) see(t);
   done.store(true, std::memory_order_release);

@@ -12,21 +12,16 @@
 
 #include "exec/notify.h"
 #include "exec/runtime.h"
+#include "../support/eventually.h"
 
 namespace sg::exec {
 namespace {
 
 using namespace std::chrono_literals;
 
-template <class F>
-bool eventually(F&& f, std::chrono::seconds limit = 60s) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!f()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
-}
+using sg::testing::eventually;
+// Stress runs under TSan are slow: generous limits.
+constexpr std::chrono::seconds kStressLimit{60};
 
 TEST(RuntimeStress, MixedSpawnStealJoinCancel) {
   RuntimeConfig cfg;
@@ -60,7 +55,7 @@ TEST(RuntimeStress, MixedSpawnStealJoinCancel) {
     });
   }
   for (auto& t : remotes) t.join();
-  ASSERT_TRUE(eventually([&] { return done.load() == kRemoteThreads * kPerThread; }));
+  ASSERT_TRUE(eventually([&] { return done.load() == kRemoteThreads * kPerThread; }, kStressLimit));
   for (int i = 0; i < kTotal; ++i) ASSERT_EQ(ran[i].load(), 1) << i;
   auto s = rt.stats().total();
   EXPECT_GT(s.polls, 0u);
@@ -99,7 +94,7 @@ TEST(RuntimeStress, CrossWorkerPingPongAndCancellation) {
   }
   for (auto& h : doomed) h.cancel();
   for (auto& h : doomed) EXPECT_FALSE(h.wait());
-  ASSERT_TRUE(eventually([&] { return finished.load() == kPairs; }));
+  ASSERT_TRUE(eventually([&] { return finished.load() == kPairs; }, kStressLimit));
 }
 
 // The priority lane under contention: pairs that flip their priority mark every round
@@ -146,7 +141,7 @@ TEST(RuntimeStress, PriorityLaneWithStealingAndOverflow) {
       if (i % 500 == 0) co_await yield_now();
     }
   });
-  ASSERT_TRUE(eventually([&] { return finished.load() == kPairs && flood_done.load() == kFlood; }));
+  ASSERT_TRUE(eventually([&] { return finished.load() == kPairs && flood_done.load() == kFlood; }, kStressLimit));
   for (int i = 0; i < kFlood; ++i) ASSERT_EQ(ran[i].load(), 1) << i;
   // Counters are published when workers park or every maintenance tick.
   EXPECT_TRUE(eventually([&] { return rt.stats().total().priority_schedules > 0; }, 10s));

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "exec/notify.h"
+#include "../../support/eventually.h"
 
 namespace sg::exec {
 namespace {
@@ -25,16 +26,7 @@ RuntimeConfig workers(std::size_t n) {
   return c;
 }
 
-// Waits (bounded) for a condition set by tasks; returns whether it became true.
-template <class F>
-bool eventually(F&& f, std::chrono::milliseconds limit = 10s) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!f()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
-}
+using sg::testing::eventually;
 
 TEST(Runtime, ClosureTaskReturnsValue) {
   Runtime rt(workers(2));

@@ -12,21 +12,14 @@
 #include <vector>
 
 #include "exec/runtime.h"
+#include "../../support/eventually.h"
 
 namespace sg::exec {
 namespace {
 
 using namespace std::chrono_literals;
 
-template <class F>
-bool eventually(F&& f, std::chrono::milliseconds limit = 10s) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!f()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
-}
+using sg::testing::eventually;
 
 // A timeout that fires when the test says so.
 class ManualTimeout final : public WaitTimeout {
