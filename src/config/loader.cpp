@@ -113,13 +113,14 @@ void parse_listener(Ctx& ctx, const YAML::Node& n, const std::string& path, List
 
 void parse_limits(Ctx& ctx, const YAML::Node& n, LimitsSection& l) {
   MapView m(ctx, n, "limits",
-            {"max_concurrent_requests", "max_queued_requests", "queue_timeout", "retry_after", "shed_target",
-             "shed_interval"});
+            {"max_concurrent_requests", "max_queued_requests", "queue_timeout", "retry_after", "lifo_after",
+             "shed_target", "shed_interval"});
   m.read_num("max_concurrent_requests", l.max_concurrent_requests, 0, 100'000'000);
   m.read_num("max_queued_requests", l.max_queued_requests, 0, 100'000'000);
   m.read_duration("queue_timeout", l.queue_timeout);
   Duration ra{l.retry_after_seconds * 1000};
   if (m.read_duration("retry_after", ra)) l.retry_after_seconds = static_cast<uint32_t>((ra.count() + 999) / 1000);
+  m.read_duration("lifo_after", l.lifo_after);
   m.read_duration("shed_target", l.shed_target);
   m.read_duration("shed_interval", l.shed_interval);
 }

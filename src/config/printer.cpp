@@ -116,6 +116,7 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "max_queued_requests" << YAML::Value << c.limits.max_queued_requests;
   e << YAML::Key << "queue_timeout" << YAML::Value << dur(c.limits.queue_timeout);
   e << YAML::Key << "retry_after" << YAML::Value << std::to_string(c.limits.retry_after_seconds) + "s";
+  e << YAML::Key << "lifo_after" << YAML::Value << dur(c.limits.lifo_after);
   e << YAML::Key << "shed_target" << YAML::Value << dur(c.limits.shed_target);
   e << YAML::Key << "shed_interval" << YAML::Value << dur(c.limits.shed_interval);
   e << YAML::EndMap;

@@ -60,6 +60,9 @@ struct LimitsSection {
   std::size_t max_queued_requests = 1000;
   Duration queue_timeout{100};
   uint32_t retry_after_seconds = 1;
+  // Adaptive LIFO (exec/semaphore.h): once the oldest queued request has waited this long,
+  // queues serve the newest first and a full queue pushes out its oldest. 0 = always FIFO.
+  Duration lifo_after{0};
   // Adaptive shedding: refuse new requests while the executor's scheduling delay stays
   // above `target` for `interval` (CoDel-style). 0 = off.
   Duration shed_target{0};

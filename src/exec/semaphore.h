@@ -1,19 +1,32 @@
 // Async counting semaphore for admission control: no thread ever blocks waiting for a
-// permit. Waiters queue in FIFO order up to `max_waiters`; release() hands its permit
-// straight to the oldest waiter (so arrivals cannot barge past the queue). A wait can be
-// bounded by a timeout source (io::DeadlineTimeout); a waiter that times out, or whose
-// task is cancelled, leaves the queue, and a permit granted to it concurrently is given
-// back, so no permit is ever lost.
+// permit. Waiters queue up to `max_waiters`; release() hands its permit straight to a
+// waiter (so arrivals cannot barge past the queue). A wait can be bounded by a timeout
+// source (io::DeadlineTimeout); a waiter that times out, or whose task is cancelled, leaves
+// the queue, and a permit granted to it concurrently is given back, so no permit is ever
+// lost.
+//
+// Order: FIFO, or adaptive LIFO (set_lifo_after; Facebook's "Fail at Scale", ACM Queue
+// 2015). In FIFO order release() grants the oldest waiter and an arrival that finds the
+// queue full is refused. With adaptive LIFO the queue stays FIFO while it drains quickly;
+// once its oldest waiter has waited `lifo_after` (a standing queue: demand exceeds the
+// permits), release() grants the newest waiter instead, and an arrival that finds the
+// queue full pushes the oldest one out (it is woken with kDisplaced). Under a standing
+// queue FIFO makes every admitted request pay the whole queue wait, up to the timeout;
+// serving the newest keeps the admitted requests' wait near zero while the others age out
+// at their timeout (a bounded, paced 503 instead of a late 200).
 //
 // Protocol (all list and permit changes under `mu_`, a spinlock held for pointer moves):
 //   * acquire: a permit is taken at once only when permits are free and nobody waits.
-//   * release: pops the oldest waiter, marks it granted and wakes it (after unlocking);
-//     with no waiter, the permit returns to the pool.
-//   * a woken waiter that finds itself granted owns the permit; one that was not granted
+//   * release: unlinks the oldest (or, standing, the newest) waiter, marks it granted and
+//     wakes it (after unlocking); with no waiter, the permit returns to the pool.
+//   * a full standing queue under adaptive LIFO: the arrival unlinks the oldest waiter,
+//     marks it displaced and wakes it (after unlocking), then links itself.
+//   * a woken waiter that finds itself granted owns the permit; one that is still linked
 //     (timer won) unlinks itself; both checks happen under `mu_`.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <coroutine>
 #include <cstddef>
 #include <cstdint>
@@ -34,7 +47,8 @@ class WaitTimeout {
   virtual void cancel() = 0;
 };
 
-enum class AcquireStatus : uint8_t { kAcquired, kQueueFull, kTimeout };
+// kDisplaced: pushed out of a full standing queue by a newer arrival (adaptive LIFO).
+enum class AcquireStatus : uint8_t { kAcquired, kQueueFull, kTimeout, kDisplaced };
 
 class Semaphore {
   struct Waiter {
@@ -43,6 +57,8 @@ class Semaphore {
     Waker waker;
     bool linked = false;   // under mu_
     bool granted = false;  // under mu_: a permit was handed to this waiter
+    bool displaced = false;  // under mu_: pushed out of a full standing queue
+    int64_t enqueued_ns = 0;  // steady clock, when it joined the queue
   };
 
  public:
@@ -79,9 +95,16 @@ class Semaphore {
     return true;
   }
 
+  // Adaptive LIFO (see the header comment): serve newest-first while the oldest waiter
+  // has waited `after` or longer; 0 = always FIFO. Relaxed: read under mu_, a change takes
+  // effect at the next release or arrival.
+  void set_lifo_after(std::chrono::nanoseconds after) {
+    lifo_after_ns_.store(after.count(), std::memory_order_relaxed);
+  }
+
   void release() {
     std::unique_lock lk(mu_);
-    if (Waiter* w = waiters_.front()) {
+    if (Waiter* w = standing_locked() ? waiters_.back() : waiters_.front()) {
       unlink_locked(w);
       w->granted = true;
       Waker waker = std::move(w->waker);
@@ -108,7 +131,7 @@ class Semaphore {
           --s->available_;
           return true;
         }
-        if (s->waiting_ >= s->max_waiters_) {
+        if (s->waiting_ >= s->max_waiters_ && !s->standing_locked()) {
           status = AcquireStatus::kQueueFull;
           return true;
         }
@@ -116,24 +139,36 @@ class Semaphore {
       }
       bool await_suspend(std::coroutine_handle<> h) {
         Waker w = arm_wait(h);
-        std::lock_guard lk(s->mu_);
-        // Re-check: a permit may have been released since await_ready.
-        if (s->available_ > 0 && s->waiters_.empty()) {
-          --s->available_;
-          disarm_wait(w.task(), w.generation());
-          return false;  // w's reference drops at scope exit
+        Waker displaced;  // the oldest waiter's, when this arrival pushes it out
+        node.enqueued_ns = now_ns();  // read before locking: the lock is held for pointer moves
+        {
+          std::lock_guard lk(s->mu_);
+          // Re-check: a permit may have been released since await_ready.
+          if (s->available_ > 0 && s->waiters_.empty()) {
+            --s->available_;
+            disarm_wait(w.task(), w.generation());
+            return false;  // w's reference drops at scope exit
+          }
+          if (s->waiting_ >= s->max_waiters_) {
+            Waiter* oldest = s->standing_locked() ? s->waiters_.front() : nullptr;
+            if (oldest == nullptr) {
+              status = AcquireStatus::kQueueFull;
+              disarm_wait(w.task(), w.generation());
+              return false;
+            }
+            s->unlink_locked(oldest);
+            oldest->displaced = true;
+            displaced = std::move(oldest->waker);
+          }
+          node.waker = w.clone();
+          s->link_locked(&node);
+          waited = true;
+          // Armed under the lock: every wake source is registered before release() can
+          // see the node, and the timeout object (in the caller's frame) is not touched
+          // after.
+          if (timeout != nullptr) timeout->arm(std::move(w));
         }
-        if (s->waiting_ >= s->max_waiters_) {
-          status = AcquireStatus::kQueueFull;
-          disarm_wait(w.task(), w.generation());
-          return false;
-        }
-        node.waker = w.clone();
-        s->link_locked(&node);
-        waited = true;
-        // Armed under the lock: every wake source is registered before release() can see
-        // the node, and the timeout object (in the caller's frame) is not touched after.
-        if (timeout != nullptr) timeout->arm(std::move(w));
+        if (displaced) std::move(displaced).wake({{}, kDisplacedWake});
         return true;
       }
       AcquireStatus await_resume() {
@@ -144,6 +179,7 @@ class Semaphore {
           node.granted = false;  // the permit now belongs to the caller
           return AcquireStatus::kAcquired;
         }
+        if (node.displaced) return AcquireStatus::kDisplaced;
         if (node.linked) s->unlink_locked(&node);  // the timer won
         return AcquireStatus::kTimeout;
       }
@@ -171,6 +207,19 @@ class Semaphore {
 
  private:
   static constexpr std::size_t kGranted = 7;
+  static constexpr std::size_t kDisplacedWake = 8;
+
+  static int64_t now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+  // Under mu_: the oldest waiter has waited lifo_after or longer (reads the clock only
+  // when adaptive LIFO is on and someone waits).
+  bool standing_locked() const {
+    const int64_t after = lifo_after_ns_.load(std::memory_order_relaxed);
+    const Waiter* oldest = waiters_.front();
+    return after > 0 && oldest != nullptr && now_ns() - oldest->enqueued_ns >= after;
+  }
 
   void link_locked(Waiter* w) {
     waiters_.push_back(w);
@@ -186,6 +235,7 @@ class Semaphore {
   mutable SpinLock mu_;
   std::size_t available_;
   const std::size_t max_waiters_;
+  std::atomic<int64_t> lifo_after_ns_{0};
   std::atomic<std::size_t> waiting_{0};
   WaiterList<Waiter> waiters_;
 };

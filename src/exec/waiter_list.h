@@ -1,4 +1,4 @@
-// WaiterList: the FIFO of suspended waiters shared by Notify and Semaphore. Intrusive and
+// WaiterList: the queue of suspended waiters shared by Notify and Semaphore. Intrusive and
 // doubly linked through T::prev / T::next (the nodes live in the waiters' awaiters, in
 // their coroutine frames), so linking costs no allocation and a cancelled waiter unlinks
 // itself in O(1). Not synchronised: every call is made under the owning primitive's lock.
@@ -13,6 +13,7 @@ class WaiterList {
  public:
   bool empty() const { return head_ == nullptr; }
   T* front() const { return head_; }
+  T* back() const { return tail_; }
 
   void push_back(T* w) {
     w->prev = tail_;

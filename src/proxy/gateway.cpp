@@ -109,8 +109,10 @@ std::string Gateway::build_snapshot(std::shared_ptr<const config::Config> cfg, s
   auto keep_or_make = [&](std::shared_ptr<exec::Semaphore> old, std::size_t permits, std::size_t queue,
                           std::size_t old_permits, std::size_t old_queue) -> std::shared_ptr<exec::Semaphore> {
     if (permits == 0) return nullptr;
-    if (old && permits == old_permits && queue == old_queue) return old;
-    return std::make_shared<exec::Semaphore>(permits, queue);
+    auto sem = old && permits == old_permits && queue == old_queue ? std::move(old)
+                                                                   : std::make_shared<exec::Semaphore>(permits, queue);
+    sem->set_lifo_after(lim.lifo_after);  // kept semaphores take a changed order at once
+    return sem;
   };
   const config::Config* pc = prev ? prev->config.get() : nullptr;
   snap->global_limit = keep_or_make(prev ? prev->global_limit : nullptr, lim.max_concurrent_requests,

@@ -67,7 +67,21 @@ class QueueWait final : public exec::WaitTimeout {
   io::TcpStream& client_;
 };
 
-enum class Admit { kAdmitted, kQueueFull, kTimeout, kShed, kClientGone };
+// A queue wait ends between 80% and 100% of queue_timeout, drawn per request. Requests
+// that queued together (a burst, or closed-loop clients that were refused together and
+// came straight back) would otherwise all time out in the same instant and return as one
+// wave again; the spread dissolves such waves within a few cycles.
+io::Clock::duration jittered_queue_timeout(io::Clock::duration timeout) {
+  thread_local uint64_t state = static_cast<uint64_t>(io::Clock::now().time_since_epoch().count()) | 1;
+  state ^= state << 13;  // xorshift64
+  state ^= state >> 7;
+  state ^= state << 17;
+  const auto spread = timeout / 5;
+  if (spread.count() <= 0) return timeout;
+  return timeout - io::Clock::duration(static_cast<io::Clock::duration::rep>(state % static_cast<uint64_t>(spread.count())));
+}
+
+enum class Admit { kAdmitted, kQueueFull, kDisplaced, kTimeout, kShed, kClientGone };
 
 // Takes a permit from `sem` (if any), waiting in its queue until `queue_timeout`; while
 // `shedding`, refuses instead of waiting (see proxy/load_shedder.h).
@@ -81,7 +95,7 @@ exec::Task<Admit> admit(exec::Semaphore* sem, exec::Semaphore::Permit& permit, a
   }
   if (shedding) co_return Admit::kShed;
   auto t0 = io::Clock::now();
-  io::Deadline dl{t0 + queue_timeout};
+  io::Deadline dl{t0 + jittered_queue_timeout(queue_timeout)};
   bool watch_client = true;
   st.queued.fetch_add(1, std::memory_order_relaxed);
   Admit out = Admit::kTimeout;
@@ -99,8 +113,8 @@ exec::Task<Admit> admit(exec::Semaphore* sem, exec::Semaphore::Permit& permit, a
       out = Admit::kAdmitted;
       break;
     }
-    if (s == exec::AcquireStatus::kQueueFull) {
-      out = Admit::kQueueFull;
+    if (s == exec::AcquireStatus::kQueueFull || s == exec::AcquireStatus::kDisplaced) {
+      out = s == exec::AcquireStatus::kQueueFull ? Admit::kQueueFull : Admit::kDisplaced;
       break;
     }
     if (dl.expired()) break;  // queue timeout
@@ -197,7 +211,7 @@ exec::Task<Handled> handle_request(Gateway& gw, const std::shared_ptr<const Snap
       ctx.note = "client closed while queued";
       co_return Handled{false};
     }
-    RejectReason why = a == Admit::kQueueFull ? RejectReason::kQueueFull
+    RejectReason why = a == Admit::kQueueFull || a == Admit::kDisplaced ? RejectReason::kQueueFull
                        : a == Admit::kShed    ? RejectReason::kShed
                                               : RejectReason::kQueueTimeout;
     if (why == RejectReason::kShed) shedder.note_refused(io::Clock::now());
@@ -205,7 +219,8 @@ exec::Task<Handled> handle_request(Gateway& gw, const std::shared_ptr<const Snap
     LocalReply lr;
     lr.status = 503;
     lr.headers.emplace_back("Retry-After", std::to_string(lim.retry_after_seconds));
-    ctx.note = why == RejectReason::kQueueFull ? "admission queue full"
+    ctx.note = a == Admit::kDisplaced               ? "pushed out of a full admission queue by a newer request"
+               : why == RejectReason::kQueueFull ? "admission queue full"
                : why == RejectReason::kShed    ? "shed (standing admission queue or scheduling delay)"
                                                : "admission queue timeout";
     co_return co_await local(lr);

@@ -40,6 +40,7 @@ TEST(ConfigLoader, ValidFileWithDefaultsResolved) {
   ASSERT_EQ(c.clusters.size(), 1u);
   EXPECT_EQ(c.clusters[0].endpoints[1].weight, 2u);
   EXPECT_EQ(c.limits.max_concurrent_requests, 10000u);
+  EXPECT_EQ(c.limits.lifo_after, Duration{0});  // the admission queue is FIFO unless asked
   ASSERT_EQ(c.routes.size(), 2u);
   EXPECT_EQ(c.routes[1].direct_response->body, "ok\n");
 }
@@ -51,6 +52,15 @@ TEST(ConfigLoader, PrintedConfigLoadsBackToTheSame) {
   LoadResult again = load_string(printed, "printed.yaml");
   ASSERT_TRUE(again.ok()) << again.error_text() << printed;
   EXPECT_EQ(to_yaml(*again.config), printed);
+}
+
+TEST(ConfigLoader, AdaptiveLifoThresholdIsReadAndPrinted) {
+  LoadResult r = load_string(std::string(kValid) + "limits:\n  lifo_after: 15ms\n  queue_timeout: 200ms\n", "a.yaml");
+  ASSERT_TRUE(r.ok()) << r.error_text();
+  EXPECT_EQ(r.config->limits.lifo_after, Duration{15});
+  EXPECT_NE(to_yaml(*r.config).find("lifo_after: 15ms"), std::string::npos);
+  EXPECT_NE(errors_of(std::string(kValid) + "limits:\n  lifo_after: soon\n").find("limits.lifo_after"),
+            std::string::npos);
 }
 
 TEST(ConfigLoader, UnknownClusterNamesPositionAndSuggestion) {

@@ -1,4 +1,5 @@
-// Admission semaphore: FIFO fairness, bounded queue, timeouts, cancellation while
+// Admission semaphore: FIFO fairness, adaptive LIFO under a standing queue (newest served
+// first, a full queue pushes out its oldest), bounded queue, timeouts, cancellation while
 // waiting, permits never lost (also when a grant races a cancellation). Timeouts are
 // driven by hand through a WaitTimeout stand-in, so nothing depends on wall-clock time.
 #include "exec/semaphore.h"
@@ -123,6 +124,97 @@ TEST(Semaphore, FullQueueRejectsAtOnce) {
   EXPECT_EQ(s.available(), 1u);
 }
 
+// Spawns a waiter per id and records the order in which they get the permit.
+struct OrderProbe {
+  OrderProbe(Runtime& r, Semaphore& sem) : rt(r), s(sem) {}
+  Runtime& rt;
+  Semaphore& s;
+  std::mutex mu;
+  std::vector<int> order;
+  std::vector<JoinHandle<int>> hs;
+
+  void queue(int id) {
+    std::size_t before = s.waiting();
+    hs.push_back(rt.spawn([this, id]() -> Task<int> {
+      AcquireStatus st = co_await s.acquire();
+      if (st == AcquireStatus::kAcquired) {
+        {
+          std::lock_guard lk(mu);
+          order.push_back(id);
+        }
+        s.release();
+      }
+      co_return static_cast<int>(st);
+    }));
+    ASSERT_TRUE(eventually([&] { return s.waiting() == before + 1; }));
+  }
+};
+
+TEST(Semaphore, AdaptiveLifoStaysFifoWhileTheQueueDrainsQuickly) {
+  Runtime rt(one_worker());
+  Semaphore s(1, 100);
+  s.set_lifo_after(std::chrono::hours(1));  // nobody has waited that long
+  ASSERT_TRUE(s.try_acquire());
+  OrderProbe p(rt, s);
+  for (int i = 0; i < 4; ++i) p.queue(i);
+  s.release();
+  for (auto& h : p.hs) EXPECT_EQ(h.wait(), static_cast<int>(AcquireStatus::kAcquired));
+  EXPECT_EQ(p.order, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(s.available(), 1u);
+}
+
+TEST(Semaphore, AdaptiveLifoServesTheNewestOnceTheQueueStands) {
+  Runtime rt(one_worker());
+  Semaphore s(1, 100);
+  s.set_lifo_after(std::chrono::nanoseconds(1));  // every queue is standing by release time
+  ASSERT_TRUE(s.try_acquire());
+  OrderProbe p(rt, s);
+  for (int i = 0; i < 4; ++i) p.queue(i);
+  s.release();  // to 3, whose release goes to 2, ...
+  for (auto& h : p.hs) EXPECT_EQ(h.wait(), static_cast<int>(AcquireStatus::kAcquired));
+  EXPECT_EQ(p.order, (std::vector<int>{3, 2, 1, 0}));
+  EXPECT_EQ(s.available(), 1u);
+}
+
+TEST(Semaphore, FullStandingQueuePushesOutItsOldestWaiter) {
+  Runtime rt(one_worker());
+  Semaphore s(1, 2);
+  s.set_lifo_after(std::chrono::nanoseconds(1));
+  ASSERT_TRUE(s.try_acquire());
+  OrderProbe p(rt, s);
+  ManualTimeout to;  // the displaced waiter's timeout must be cancelled, not left armed
+  p.hs.push_back(rt.spawn([&]() -> Task<int> { co_return static_cast<int>(co_await s.acquire(&to)); }));
+  ASSERT_TRUE(eventually([&] { return s.waiting() == 1 && to.armed(); }));
+  p.queue(1);
+  // The queue is full; a third arrival pushes out the oldest instead of being refused.
+  auto third = rt.spawn([&]() -> Task<int> {
+    AcquireStatus st = co_await s.acquire();
+    if (st == AcquireStatus::kAcquired) s.release();
+    co_return static_cast<int>(st);
+  });
+  EXPECT_EQ(p.hs[0].wait(), static_cast<int>(AcquireStatus::kDisplaced));
+  EXPECT_TRUE(eventually([&] { return s.waiting() == 2; }));
+  s.release();
+  EXPECT_EQ(third.wait(), static_cast<int>(AcquireStatus::kAcquired));
+  EXPECT_EQ(p.hs[1].wait(), static_cast<int>(AcquireStatus::kAcquired));
+  EXPECT_EQ(s.available(), 1u);
+  EXPECT_EQ(s.waiting(), 0u);
+}
+
+TEST(Semaphore, FifoQueueFullRefusesTheNewcomerEvenWithAdaptiveLifoOn) {
+  Runtime rt(one_worker());
+  Semaphore s(1, 1);
+  s.set_lifo_after(std::chrono::hours(1));  // not standing: a full queue refuses as FIFO does
+  ASSERT_TRUE(s.try_acquire());
+  OrderProbe p(rt, s);
+  p.queue(0);
+  auto second = rt.spawn([&]() -> Task<int> { co_return static_cast<int>(co_await s.acquire()); });
+  EXPECT_EQ(second.wait(), static_cast<int>(AcquireStatus::kQueueFull));
+  s.release();
+  EXPECT_EQ(p.hs[0].wait(), static_cast<int>(AcquireStatus::kAcquired));
+  EXPECT_EQ(s.available(), 1u);
+}
+
 TEST(Semaphore, TimeoutLeavesTheQueue) {
   Runtime rt(one_worker());
   Semaphore s(1, 10);
@@ -182,19 +274,26 @@ TEST(Semaphore, PermitGrantedToACancelledWaiterIsGivenBack) {
   }
 }
 
-TEST(Semaphore, StressManyTasksNoPermitLost) {
+class SemaphoreStress : public ::testing::TestWithParam<bool> {};
+
+// Many tasks on 3 workers, some cancelled; in the LIFO variant a small standing queue
+// also pushes waiters out. Whatever happens, the permits are all back at the end.
+TEST_P(SemaphoreStress, ManyTasksNoPermitLost) {
+  const bool lifo = GetParam();
   RuntimeConfig cfg;
   cfg.worker_threads = 3;
   Runtime rt(cfg);
   constexpr int kPermits = 4, kTasks = 400;
-  Semaphore s(kPermits, 64);
-  std::atomic<int> inside{0}, max_inside{0}, acquired{0}, rejected{0};
+  Semaphore s(kPermits, lifo ? 8 : 64);
+  if (lifo) s.set_lifo_after(std::chrono::nanoseconds(1));
+  std::atomic<int> inside{0}, max_inside{0}, acquired{0}, rejected{0}, displaced{0};
   std::vector<JoinHandle<void>> hs;
   for (int i = 0; i < kTasks; ++i) {
     hs.push_back(rt.spawn([&]() -> Task<void> {
       AcquireStatus st = co_await s.acquire();
       if (st != AcquireStatus::kAcquired) {
         rejected.fetch_add(1);
+        if (st == AcquireStatus::kDisplaced) displaced.fetch_add(1);
         co_return;
       }
       // RAII: a task cancelled while it holds the permit (suspended in yield_now) must
@@ -216,9 +315,14 @@ TEST(Semaphore, StressManyTasksNoPermitLost) {
   for (auto& h : hs) h.wait();
   EXPECT_LE(max_inside.load(), kPermits);
   EXPECT_GT(acquired.load(), 0);
+  if (lifo) EXPECT_GT(displaced.load(), 0) << "the standing queue never pushed anyone out";
+  else EXPECT_EQ(displaced.load(), 0);
   EXPECT_EQ(s.available(), static_cast<std::size_t>(kPermits));
   EXPECT_EQ(s.waiting(), 0u);
 }
+
+INSTANTIATE_TEST_SUITE_P(Order, SemaphoreStress, ::testing::Values(false, true),
+                         [](const auto& p) { return p.param ? "AdaptiveLifo" : "Fifo"; });
 
 }  // namespace
 }  // namespace sg::exec
