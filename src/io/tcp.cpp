@@ -149,6 +149,7 @@ void TcpStream::close() {
 }
 
 tcp::endpoint TcpStream::remote_endpoint() const {
+  if (peer_) return *peer_;
   std::error_code ec;
   return sock_->remote_endpoint(ec);
 }
@@ -156,11 +157,6 @@ tcp::endpoint TcpStream::remote_endpoint() const {
 tcp::endpoint TcpStream::local_endpoint() const {
   std::error_code ec;
   return sock_->local_endpoint(ec);
-}
-
-void TcpStream::set_nodelay(bool on) {
-  std::error_code ec;
-  sock_->set_option(tcp::no_delay(on), ec);
 }
 
 exec::Task<Result<TcpStream>> TcpStream::connect(asio::io_context& ctx, tcp::endpoint ep, Deadline dl) {
@@ -194,6 +190,11 @@ Result<TcpListener> TcpListener::bind(asio::io_context& ctx, tcp::endpoint ep, c
     int one = 1;
     if (::setsockopt(a.native_handle(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) != 0) return errno_code();
   }
+  // Accepted sockets inherit TCP_NODELAY from the listener (Linux copies the listening
+  // socket's state into each child): responses leave at once without a setsockopt per
+  // connection.
+  a.set_option(tcp::no_delay(true), ec);
+  if (ec) return ec;
   a.bind(ep, ec);
   if (ec) return ec;
   a.listen(opts.backlog, ec);
@@ -205,20 +206,24 @@ Result<TcpListener> TcpListener::bind(asio::io_context& ctx, tcp::endpoint ep, c
 
 exec::Task<Result<TcpStream>> TcpListener::accept(Deadline dl) {
   for (;;) {
-    int fd = ::accept4(acceptor_->native_handle(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    // accept4 reports the peer's address, which also gives the family: no getsockname or
+    // getpeername per connection.
+    tcp::endpoint peer;
+    socklen_t len = static_cast<socklen_t>(peer.capacity());
+    int fd = ::accept4(acceptor_->native_handle(), peer.data(), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd >= 0) {
       Socket s(acceptor_->get_executor());
       std::error_code ec;
-      sockaddr_storage ss{};
-      socklen_t len = sizeof(ss);
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
-      s.assign(ss.ss_family == AF_INET6 ? tcp::v6() : tcp::v4(), fd, ec);
+      peer.resize(len);
+      s.assign(peer.protocol(), fd, ec);
       if (ec) {
         ::close(fd);
         co_return ec;
       }
       co_await SpendBudget{};
-      co_return TcpStream(std::move(s));
+      TcpStream stream(std::move(s));
+      stream.peer_ = peer;
+      co_return stream;
     }
     int e = errno;
     if (e == EINTR || e == ECONNABORTED) continue;

@@ -52,15 +52,17 @@ class TcpStream {
 
   void shutdown_write();
   void close();
+  // The peer's address (for accepted streams, as accept() reported it: no syscall).
   tcp::endpoint remote_endpoint() const;
   tcp::endpoint local_endpoint() const;
-  void set_nodelay(bool on);
 
   // Connects to `ep` (non-blocking connect + writable wait), on the reactor `ctx`.
   static exec::Task<Result<TcpStream>> connect(asio::io_context& ctx, tcp::endpoint ep, Deadline dl);
 
  private:
+  friend class TcpListener;
   std::optional<Socket> sock_;
+  std::optional<tcp::endpoint> peer_;  // known at accept
 };
 
 struct ListenOptions {
@@ -76,7 +78,8 @@ class TcpListener {
   TcpListener(TcpListener&&) noexcept = default;
   TcpListener& operator=(TcpListener&&) noexcept = default;
 
-  // Accepts one connection. EMFILE/ENFILE and other resource errors come back as errors
+  // Accepts one connection. Accepted streams have TCP_NODELAY on (inherited from the
+  // listening socket, so no per-connection setsockopt) and know their peer's address. EMFILE/ENFILE and other resource errors come back as errors
   // (the caller backs off); the listener stays usable.
   exec::Task<Result<TcpStream>> accept(Deadline dl = {});
   tcp::endpoint local_endpoint() const;

@@ -256,7 +256,6 @@ exec::Task<void> serve_connection(Gateway& gw, std::shared_ptr<ListenerState> ls
     }
   } leave{gw, ls, entry};
 
-  client.set_nodelay(true);
   std::string peer = endpoint_text(client.remote_endpoint());
   std::string peer_ip = peer.substr(0, peer.rfind(':'));
   if (!peer_ip.empty() && peer_ip.front() == '[') peer_ip = peer_ip.substr(1, peer_ip.size() - 2);

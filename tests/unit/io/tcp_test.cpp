@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -120,6 +121,40 @@ TEST(Tcp, ReadDeadlineTimesOutAndSocketStaysUsable) {
   ASSERT_GT(n, 0);
   EXPECT_EQ(std::string(buf, static_cast<std::size_t>(n)), "late reply");
   EXPECT_EQ(server.wait(), "ok");
+  ::close(fd);
+}
+
+TEST(Tcp, AcceptedStreamsHaveNodelayAndKnowTheirPeer) {
+  Runtime rt(two_workers());
+  auto listener = TcpListener::bind(rt.context(), tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0), {});
+  ASSERT_TRUE(listener.ok());
+  uint16_t port = listener->local_endpoint().port();
+  struct Seen {
+    int nodelay = -1;
+    tcp::endpoint peer;
+  };
+  auto server = rt.spawn([l = std::move(*listener)]() mutable -> exec::Task<Seen> {
+    auto conn = co_await l.accept();
+    Seen seen;
+    if (!conn.ok()) co_return seen;
+    int v = 0;
+    socklen_t len = sizeof(v);
+    ::getsockopt(conn->native_handle(), IPPROTO_TCP, TCP_NODELAY, &v, &len);
+    seen.nodelay = v;
+    seen.peer = conn->remote_endpoint();
+    co_return seen;
+  });
+  int fd = client_connect(port);
+  ASSERT_GE(fd, 0);
+  sockaddr_in local{};
+  socklen_t len = sizeof(local);
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len), 0);
+  auto result = server.wait();
+  ASSERT_TRUE(result.has_value());
+  const Seen& seen = *result;
+  EXPECT_NE(seen.nodelay, 0) << "TCP_NODELAY must be inherited from the listener";
+  EXPECT_EQ(seen.peer.address().to_string(), "127.0.0.1");
+  EXPECT_EQ(seen.peer.port(), ntohs(local.sin_port));
   ::close(fd);
 }
 
