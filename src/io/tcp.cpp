@@ -33,10 +33,7 @@ struct SpendBudget {
 
 }  // namespace
 
-TcpStream::TcpStream(Socket s) : sock_(std::move(s)) {
-  std::error_code ec;
-  sock_->non_blocking(true, ec);
-}
+TcpStream::TcpStream(Socket s) : sock_(std::move(s)) {}
 
 exec::Task<IoResult> TcpStream::read_some(std::span<char> buf, Deadline dl) {
   const int fd = sock_->native_handle();

@@ -26,6 +26,8 @@ struct IoResult {
 class TcpStream {
  public:
   TcpStream() = default;
+  // `s` must already be in non-blocking mode (accept4 with SOCK_NONBLOCK, or connect()
+  // below): reads and writes are raw non-blocking syscalls.
   explicit TcpStream(Socket s);
   TcpStream(TcpStream&&) noexcept = default;
   TcpStream& operator=(TcpStream&&) noexcept = default;

@@ -4,6 +4,7 @@
 #include "io/tcp.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -124,13 +125,14 @@ TEST(Tcp, ReadDeadlineTimesOutAndSocketStaysUsable) {
   ::close(fd);
 }
 
-TEST(Tcp, AcceptedStreamsHaveNodelayAndKnowTheirPeer) {
+TEST(Tcp, AcceptedStreamsAreNonBlockingWithNodelayAndKnowTheirPeer) {
   Runtime rt(two_workers());
   auto listener = TcpListener::bind(rt.context(), tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0), {});
   ASSERT_TRUE(listener.ok());
   uint16_t port = listener->local_endpoint().port();
   struct Seen {
     int nodelay = -1;
+    bool nonblocking = false;
     tcp::endpoint peer;
   };
   auto server = rt.spawn([l = std::move(*listener)]() mutable -> exec::Task<Seen> {
@@ -141,6 +143,7 @@ TEST(Tcp, AcceptedStreamsHaveNodelayAndKnowTheirPeer) {
     socklen_t len = sizeof(v);
     ::getsockopt(conn->native_handle(), IPPROTO_TCP, TCP_NODELAY, &v, &len);
     seen.nodelay = v;
+    seen.nonblocking = (::fcntl(conn->native_handle(), F_GETFL) & O_NONBLOCK) != 0;
     seen.peer = conn->remote_endpoint();
     co_return seen;
   });
@@ -153,6 +156,7 @@ TEST(Tcp, AcceptedStreamsHaveNodelayAndKnowTheirPeer) {
   ASSERT_TRUE(result.has_value());
   const Seen& seen = *result;
   EXPECT_NE(seen.nodelay, 0) << "TCP_NODELAY must be inherited from the listener";
+  EXPECT_TRUE(seen.nonblocking);
   EXPECT_EQ(seen.peer.address().to_string(), "127.0.0.1");
   EXPECT_EQ(seen.peer.port(), ntohs(local.sin_port));
   ::close(fd);
