@@ -104,7 +104,7 @@ void MessageReader::release_buffer() {
 }
 
 exec::Task<HeadRead> MessageReader::read_head(io::Deadline first_byte, io::Clock::duration head_timeout,
-                                              io::TcpStream* watch) {
+                                              io::TcpStream* watch, bool wait_first) {
   bool partial = begin_ < end_;
   io::Deadline dl = partial ? io::Deadline::after(head_timeout) : first_byte;
   for (;;) {
@@ -122,8 +122,12 @@ exec::Task<HeadRead> MessageReader::read_head(io::Deadline first_byte, io::Clock
     if (begin_ == end_) {
       // Nothing buffered: look with a small buffer; if the peer has nothing for us yet,
       // give the buffer back while we wait (idle keep-alive connections hold none).
-      reserve_empty(kInitialBuffer);
-      std::optional<io::IoResult> got = s_.try_read(std::span<char>(buf_, size_));
+      std::optional<io::IoResult> got;
+      if (!wait_first) {
+        reserve_empty(kInitialBuffer);
+        got = s_.try_read(std::span<char>(buf_, size_));
+      }
+      wait_first = false;
       if (!got) {
         release_buffer();
         if (watch != nullptr) {

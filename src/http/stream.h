@@ -55,9 +55,13 @@ class MessageReader {
   // Reads a message head. With no bytes buffered, waits for the first byte until
   // `first_byte`; once a byte has arrived the whole head must arrive by `head_by`
   // (computed then from `head_timeout`). If `watch` is given, a close of that stream by
-  // its peer ends the wait with kPeerGone.
+  // its peer ends the wait with kPeerGone. `wait_first`: the peer can hardly have sent
+  // the head yet (we have just sent it a request, or the previous response), so with
+  // nothing buffered it waits for readability before reading, instead of learning that
+  // from a read that fails with EAGAIN (one syscall per message saved; a head that is
+  // there after all is reported by the wait at once).
   exec::Task<HeadRead> read_head(io::Deadline first_byte, io::Clock::duration head_timeout,
-                                 io::TcpStream* watch = nullptr);
+                                 io::TcpStream* watch = nullptr, bool wait_first = false);
 
   // Decoded body bytes of the current message; `done` once it is complete.
   exec::Task<BodyRead> read_body(io::Deadline dl);

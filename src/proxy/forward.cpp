@@ -308,7 +308,8 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
     bool have_head = false;
     http::HeadRead hr;
     if (req.expect_continue && has_body && !client_http10) {
-      hr = co_await up_reader.read_head(io::Deadline::after(kExpectContinueWait), rcfg.timeout, &down.client);
+      hr = co_await up_reader.read_head(io::Deadline::after(kExpectContinueWait), rcfg.timeout, &down.client,
+                                        /*wait_first=*/true);
       if (hr.status == http::ReadStatus::kTimeout && !hr.partial) {
         // The upstream does not do 100-continue: let the client send the body anyway.
         if (!co_await send_local(down.client, kContinue, down.listener)) co_return ForwardResult{false};
@@ -387,7 +388,9 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
     bool upgraded = false;
     for (;;) {
       if (!have_head) {
-        hr = co_await up_reader.read_head(io::Deadline::after(rcfg.timeout), rcfg.timeout, &down.client);
+        // The request has just been sent: its response cannot be there yet.
+        hr = co_await up_reader.read_head(io::Deadline::after(rcfg.timeout), rcfg.timeout, &down.client,
+                                          /*wait_first=*/true);
       }
       have_head = false;
       if (hr.status == http::ReadStatus::kPeerGone) {

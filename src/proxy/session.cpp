@@ -270,7 +270,9 @@ exec::Task<void> serve_connection(Gateway& gw, std::shared_ptr<ListenerState> ls
 
   for (bool first = true;; first = false) {
     io::Deadline first_byte = io::Deadline::after(first ? lcfg->header_timeout : lcfg->idle_timeout);
-    http::HeadRead hr = co_await reader.read_head(first_byte, lcfg->header_timeout);
+    // After a response the client needs a round trip before its next request arrives;
+    // the first request usually comes with the connection.
+    http::HeadRead hr = co_await reader.read_head(first_byte, lcfg->header_timeout, nullptr, /*wait_first=*/!first);
     int expected = SessionEntry::kIdle;
     if (!entry->state.compare_exchange_strong(expected, SessionEntry::kBusy)) break;  // drain closed us
 

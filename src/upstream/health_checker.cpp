@@ -17,8 +17,8 @@ exec::Task<bool> probe(asio::io_context& ctx, const io::tcp::endpoint& ep, const
   if (co_await conn->write_all(req, dl)) co_return false;
   http::ParserLimits lim;
   http::MessageReader reader(*conn, http::Parser::Mode::kResponse, lim);
-  for (;;) {
-    http::HeadRead hr = co_await reader.read_head(dl, hc.timeout);
+  for (bool sent = true;; sent = false) {
+    http::HeadRead hr = co_await reader.read_head(dl, hc.timeout, nullptr, /*wait_first=*/sent);
     if (hr.status != http::ReadStatus::kOk) co_return false;
     int status = reader.parser().response().status;
     if (status >= 100 && status < 200) {
