@@ -28,21 +28,31 @@ bool valid_authority(std::string_view a) {
 
 }  // namespace
 
+// One callback table for every parser (llhttp keeps a pointer to it; the callbacks find
+// their Parser through llhttp_t::data): not a copy per connection.
+const llhttp_settings_t& Parser::settings() {
+  static const llhttp_settings_t table = [] {
+    llhttp_settings_t s;
+    llhttp_settings_init(&s);
+    s.on_message_begin = &Parser::on_message_begin;
+    s.on_url = &Parser::on_url;
+    s.on_status = &Parser::on_status;
+    s.on_header_field = &Parser::on_header_field;
+    s.on_header_value = &Parser::on_header_value;
+    s.on_header_value_complete = &Parser::on_header_value_complete;
+    s.on_headers_complete = &Parser::on_headers_complete;
+    s.on_body = &Parser::on_body;
+    s.on_chunk_header = &Parser::on_chunk_header;
+    s.on_chunk_extension_name = &Parser::on_chunk_extension;
+    s.on_chunk_extension_value = &Parser::on_chunk_extension;
+    s.on_message_complete = &Parser::on_message_complete;
+    return s;
+  }();
+  return table;
+}
+
 Parser::Parser(Mode mode, const ParserLimits& limits) : mode_(mode), limits_(limits) {
-  llhttp_settings_init(&settings_);
-  settings_.on_message_begin = &Parser::on_message_begin;
-  settings_.on_url = &Parser::on_url;
-  settings_.on_status = &Parser::on_status;
-  settings_.on_header_field = &Parser::on_header_field;
-  settings_.on_header_value = &Parser::on_header_value;
-  settings_.on_header_value_complete = &Parser::on_header_value_complete;
-  settings_.on_headers_complete = &Parser::on_headers_complete;
-  settings_.on_body = &Parser::on_body;
-  settings_.on_chunk_header = &Parser::on_chunk_header;
-  settings_.on_chunk_extension_name = &Parser::on_chunk_extension;
-  settings_.on_chunk_extension_value = &Parser::on_chunk_extension;
-  settings_.on_message_complete = &Parser::on_message_complete;
-  llhttp_init(&parser_, mode == Mode::kRequest ? HTTP_REQUEST : HTTP_RESPONSE, &settings_);
+  llhttp_init(&parser_, mode == Mode::kRequest ? HTTP_REQUEST : HTTP_RESPONSE, &settings());
   parser_.data = this;
 }
 

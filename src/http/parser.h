@@ -106,7 +106,7 @@ class Parser {
   bool prev_was_space_ = false;
   bool version_tail_ok() const;
   bool version_syntax_ok_ = true;
-  llhttp_settings_t settings_;
+  static const llhttp_settings_t& settings();
   llhttp_t parser_;
 
   RequestHead req_;

@@ -118,14 +118,6 @@ exec::Task<std::error_code> TcpStream::write_all(std::string_view data, Deadline
   co_return co_await write_all(std::span<const std::string_view>(one), dl);
 }
 
-exec::Task<std::error_code> TcpStream::wait_readable(Deadline dl) {
-  co_return co_await wait_ready(*sock_, asio::socket_base::wait_read, dl);
-}
-
-exec::Task<EitherReadable> TcpStream::wait_either_readable(TcpStream& other, Deadline dl) {
-  co_return co_await EitherAwaiter<Socket>{*sock_, *other.sock_, dl, std::nullopt};
-}
-
 bool TcpStream::peer_closed() {
   char c;
   ssize_t n = ::recv(sock_->native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);

@@ -241,6 +241,63 @@ exec::Task<Handled> handle_request(Gateway& gw, const std::shared_ptr<const Snap
   co_return Handled{fr.client_reusable};
 }
 
+// One request, from its parsed head (or failed read) to the access log; returns whether
+// the connection may serve another. A coroutine of its own so that the per-request state
+// (RequestContext, the error reply, handle_request's frame) exists only while a request
+// is in flight: an idle keep-alive connection keeps just serve_connection's small frame.
+// `lsnap`/`lcfg` are the connection's listener snapshot, moved to the newest one that
+// still has the listener.
+exec::Task<bool> serve_request(Gateway& gw, const ListenerState& ls, const http::HeadRead& hr, io::TcpStream& client,
+                               http::MessageReader& reader, const std::string& peer, const std::string& peer_ip,
+                               std::shared_ptr<const Snapshot>& lsnap, const config::ListenerSection*& lcfg) {
+  RequestContext ctx;
+  ctx.start = std::chrono::steady_clock::now();
+  ctx.client = peer;
+  ctx.client_ip = peer_ip;
+  // The snapshot current when the request arrived serves it to the end.
+  std::shared_ptr<const Snapshot> snap = gw.snapshot();
+  if (const config::ListenerSection* now = snap->listener(ls.key)) {
+    lcfg = now;
+    lsnap = snap;
+  }
+  if (hr.status != http::ReadStatus::kOk) {
+    int status = 0;
+    if (hr.status == http::ReadStatus::kParseError) status = reader.parser().error_status();
+    if (hr.status == http::ReadStatus::kTimeout && hr.partial) status = 408;  // slowloris
+    if (status != 0) {
+      LocalReply lr;
+      lr.status = status;
+      lr.close = true;
+      ctx.status = status;
+      ctx.note = status == 408 ? "request header timeout" : reader.parser().error_detail();
+      gw.stats().local_replies.fetch_add(1, std::memory_order_relaxed);
+      std::string bytes = render_local_reply(lr);
+      co_await send_local(client, bytes, *lcfg);
+      snap->unrouted_stats->count("OTHER", status, 0);
+      if (auto l = log::access()) {
+        if (log::access_json()) {
+          l->info(R"("client":{},"status":{},"note":{}}})", log::json_quote(peer), status, log::json_quote(ctx.note));
+        } else {
+          l->info("{} \"-\" {} 0 note=\"{}\"", peer, status, ctx.note);
+        }
+      }
+    }
+    co_return false;
+  }
+
+  Handled h = co_await handle_request(gw, snap, *lcfg, client, reader, ctx);
+  exec::set_current_task_priority(false);  // permits released: back to the ordinary lane
+
+  uint64_t dur_ns = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - ctx.start).count());
+  const http::RequestHead& req = reader.parser().request();
+  RouteStats& rs = ctx.route_index >= 0 ? *snap->route_stats[static_cast<std::size_t>(ctx.route_index)]
+                                        : *snap->unrouted_stats;
+  rs.count(req.method, ctx.status, dur_ns);
+  write_access_log(ctx, req, dur_ns / 1000);
+  co_return h.keep_alive && !gw.draining();
+}
+
 }  // namespace
 
 exec::Task<void> serve_connection(Gateway& gw, std::shared_ptr<ListenerState> ls, std::shared_ptr<SessionEntry> entry,
@@ -260,11 +317,10 @@ exec::Task<void> serve_connection(Gateway& gw, std::shared_ptr<ListenerState> ls
   std::string peer_ip = peer.substr(0, peer.rfind(':'));
   if (!peer_ip.empty() && peer_ip.front() == '[') peer_ip = peer_ip.substr(1, peer_ip.size() - 2);
 
-  std::shared_ptr<const Snapshot> snap = gw.snapshot();
   // lcfg points into lsnap's configuration; lsnap keeps it alive (a reload may drop this
   // listener from newer snapshots while the connection lives on).
-  std::shared_ptr<const Snapshot> lsnap = snap;
-  const config::ListenerSection* lcfg = snap->listener(ls->key);
+  std::shared_ptr<const Snapshot> lsnap = gw.snapshot();
+  const config::ListenerSection* lcfg = lsnap->listener(ls->key);
   if (lcfg == nullptr) co_return;  // the listener was removed by a reload meanwhile
   http::MessageReader reader(client, http::Parser::Mode::kRequest, parser_limits(*lcfg));
 
@@ -275,54 +331,7 @@ exec::Task<void> serve_connection(Gateway& gw, std::shared_ptr<ListenerState> ls
     http::HeadRead hr = co_await reader.read_head(first_byte, lcfg->header_timeout, nullptr, /*wait_first=*/!first);
     int expected = SessionEntry::kIdle;
     if (!entry->state.compare_exchange_strong(expected, SessionEntry::kBusy)) break;  // drain closed us
-
-    RequestContext ctx;
-    ctx.start = std::chrono::steady_clock::now();
-    ctx.client = peer;
-    ctx.client_ip = peer_ip;
-    if (hr.status != http::ReadStatus::kOk) {
-      int status = 0;
-      if (hr.status == http::ReadStatus::kParseError) status = reader.parser().error_status();
-      if (hr.status == http::ReadStatus::kTimeout && hr.partial) status = 408;  // slowloris
-      if (status != 0) {
-        LocalReply lr;
-        lr.status = status;
-        lr.close = true;
-        ctx.status = status;
-        ctx.note = status == 408 ? "request header timeout" : reader.parser().error_detail();
-        gw.stats().local_replies.fetch_add(1, std::memory_order_relaxed);
-        std::string bytes = render_local_reply(lr);
-        co_await send_local(client, bytes, *lcfg);
-        snap->unrouted_stats->count("OTHER", status, 0);
-        if (auto l = log::access()) {
-          if (log::access_json()) {
-            l->info(R"("client":{},"status":{},"note":{}}})", log::json_quote(peer), status, log::json_quote(ctx.note));
-          } else {
-            l->info("{} \"-\" {} 0 note=\"{}\"", peer, status, ctx.note);
-          }
-        }
-      }
-      break;
-    }
-
-    // The snapshot current when the request arrived serves it to the end.
-    snap = gw.snapshot();
-    if (const config::ListenerSection* now = snap->listener(ls->key)) {
-      lcfg = now;
-      lsnap = snap;
-    }
-    Handled h = co_await handle_request(gw, snap, *lcfg, client, reader, ctx);
-    exec::set_current_task_priority(false);  // permits released: back to the ordinary lane
-
-    uint64_t dur_ns = static_cast<uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - ctx.start).count());
-    const http::RequestHead& req = reader.parser().request();
-    RouteStats& rs = ctx.route_index >= 0 ? *snap->route_stats[static_cast<std::size_t>(ctx.route_index)]
-                                          : *snap->unrouted_stats;
-    rs.count(req.method, ctx.status, dur_ns);
-    write_access_log(ctx, req, dur_ns / 1000);
-
-    if (!h.keep_alive || gw.draining()) break;
+    if (!co_await serve_request(gw, *ls, hr, client, reader, peer, peer_ip, lsnap, lcfg)) break;
     entry->state.store(SessionEntry::kIdle, std::memory_order_release);
   }
   client.close();
