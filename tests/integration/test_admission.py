@@ -130,6 +130,23 @@ class QueueTest(GatewayCase):
         self.assertNotIn("timedout", upstream_ids(self.up))
         self.assertEqual(gw.metric("stealgate_admission_rejected_total", reason="queue_timeout", scope="route"), 1)
 
+    def test_queue_timeouts_are_spread_so_requests_queued_together_are_not_refused_together(self):
+        gw = self.gateway(limited_config(self.up, route_limit=1, queue=20, timeout="500ms"))
+        busy = Call(gw.port, "/slow?ms=3000&id=busy")
+        gw.wait_for(lambda: gw.metric("stealgate_admission_in_flight", scope="route") == 1, 5, "1 in flight")
+        waiters = [Call(gw.port, f"/slow?ms=1&id=t{i}") for i in range(10)]
+        for c in waiters:
+            c.join(5)
+        self.assertEqual([c.status for c in waiters], [503] * 10)
+        waits = sorted(c.elapsed for c in waiters)
+        # Each wait ends between 400 and 500 ms (plus scheduling). Without the spread all
+        # ten would take at least 500 ms; with it, all ten landing in the top 30 ms of the
+        # range has a probability of 0.3^10.
+        self.assertGreaterEqual(waits[0], 0.38)
+        self.assertLess(waits[0], 0.47, f"waits {waits}")
+        self.assertLess(waits[-1], 1.0)
+        busy.join(10)
+
     def test_waiters_are_admitted_in_fifo_order(self):
         gw = self.gateway(limited_config(self.up, route_limit=1, queue=10))
         busy = Call(gw.port, "/slow?ms=800&id=busy")
