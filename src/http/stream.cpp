@@ -107,8 +107,9 @@ exec::Task<HeadRead> MessageReader::read_head(io::Deadline first_byte, io::Clock
                                               io::TcpStream* watch, bool wait_first) {
   bool partial = begin_ < end_;
   io::Deadline dl = partial ? io::Deadline::after(head_timeout) : first_byte;
+  bool readable = false;  // the last wait reported the peer readable: read, don't wait
   for (;;) {
-    if (begin_ < end_) {
+    if (begin_ < end_ && !readable) {  // (just woken: nothing new to parse yet)
       ParseResult r = parser_.feed(buf_ + begin_, end_ - begin_);
       begin_ += r.consumed;
       if (r.event == ParseEvent::kError) co_return HeadRead{ReadStatus::kParseError, {}, true};
@@ -119,48 +120,45 @@ exec::Task<HeadRead> MessageReader::read_head(io::Deadline first_byte, io::Clock
       // kNeedMore: read more.
     }
     io::IoResult rr;
+    bool wait = false;
     if (begin_ == end_) {
       // Nothing buffered: look with a small buffer; if the peer has nothing for us yet,
       // give the buffer back while we wait (idle keep-alive connections hold none).
       std::optional<io::IoResult> got;
-      if (!wait_first) {
+      if (!wait_first || readable) {
         reserve_empty(kInitialBuffer);
         got = s_.try_read(std::span<char>(buf_, size_));
       }
       wait_first = false;
-      if (!got) {
+      if (got) {
+        rr = *got;
+        co_await exec::coop_checkpoint();
+      } else {
         release_buffer();
-        if (watch != nullptr) {
-          io::EitherReadable w = co_await s_.wait_either_readable(*watch, dl);
-          if (w.ec) {
-            co_return HeadRead{w.ec == std::errc::timed_out ? ReadStatus::kTimeout : ReadStatus::kIoError, w.ec,
-                               partial};
-          }
-          if (w.which == 1) {
-            if (watch->peer_closed()) co_return HeadRead{ReadStatus::kPeerGone, {}, partial};
-            watch = nullptr;  // pipelined bytes, not a close: stop watching
-          }
-        } else if (std::error_code ec = co_await s_.wait_readable(dl)) {
-          co_return HeadRead{ec == std::errc::timed_out ? ReadStatus::kTimeout : ReadStatus::kIoError, ec, partial};
-        }
-        continue;
+        wait = true;
       }
-      rr = *got;
-      co_await exec::coop_checkpoint();
     } else {
       if (!make_room()) co_return HeadRead{ReadStatus::kParseError, {}, true};  // unreachable given cap_
-      if (watch != nullptr) {
-        io::EitherReadable w = co_await s_.wait_either_readable(*watch, dl);
-        if (w.ec) {
-          co_return HeadRead{w.ec == std::errc::timed_out ? ReadStatus::kTimeout : ReadStatus::kIoError, w.ec, partial};
-        }
-        if (w.which == 1) {
-          if (watch->peer_closed()) co_return HeadRead{ReadStatus::kPeerGone, {}, partial};
-          watch = nullptr;  // pipelined bytes, not a close: stop watching
-          continue;
-        }
+      if (watch != nullptr && !readable) {
+        wait = true;  // wait for the peer or for the watched stream's close
+      } else {
+        rr = co_await s_.read_some(std::span<char>(buf_ + end_, size_ - end_), dl);
       }
-      rr = co_await s_.read_some(std::span<char>(buf_ + end_, size_ - end_), dl);
+    }
+    readable = false;
+    if (wait) {
+      // The one wait of this loop (one awaiter in the frame, whichever path waits).
+      io::EitherReadable w = co_await s_.wait_readable(watch, dl);
+      if (w.ec) {
+        co_return HeadRead{w.ec == std::errc::timed_out ? ReadStatus::kTimeout : ReadStatus::kIoError, w.ec, partial};
+      }
+      if (w.which == 1) {
+        if (watch->peer_closed()) co_return HeadRead{ReadStatus::kPeerGone, {}, partial};
+        watch = nullptr;  // pipelined bytes, not a close: stop watching
+      } else {
+        readable = true;
+      }
+      continue;
     }
     if (rr.ec) {
       ReadStatus st = rr.ec == std::errc::timed_out ? ReadStatus::kTimeout

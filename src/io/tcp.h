@@ -43,15 +43,12 @@ class TcpStream {
   // Writes every byte of every buffer (gathered with writev), or fails.
   exec::Task<std::error_code> write_all(std::span<const std::string_view> bufs, Deadline dl = {});
   exec::Task<std::error_code> write_all(std::string_view data, Deadline dl = {});
-  // co_await wait_readable(dl) -> std::error_code: waits until data (or EOF/error) is
-  // readable. An awaiter, not a coroutine: the wait lives in the caller's frame (no frame
-  // allocation per wait, and an idle connection holds one frame fewer).
-  ReadyAwaiter<Socket> wait_readable(Deadline dl = {}) { return wait_ready(*sock_, asio::socket_base::wait_read, dl); }
-
-  // co_await wait_either_readable(other, dl) -> EitherReadable: until this stream or
-  // `other` is readable: 0 = this, 1 = other.
-  EitherAwaiter<Socket> wait_either_readable(TcpStream& other, Deadline dl = {}) {
-    return EitherAwaiter<Socket>{*sock_, *other.sock_, dl, std::nullopt};
+  // co_await wait_readable(other, dl) -> EitherReadable: waits until this stream (0) or,
+  // when given, `other` (1) is readable (data, EOF or an error). An awaiter, not a
+  // coroutine: the wait lives in the caller's frame (no frame allocation per wait, and an
+  // idle connection holds one frame fewer).
+  EitherAwaiter<Socket> wait_readable(TcpStream* other, Deadline dl = {}) {
+    return EitherAwaiter<Socket>{*sock_, other != nullptr ? &*other->sock_ : nullptr, dl, std::nullopt};
   }
 
   // True when the peer has closed or reset, checked without blocking or consuming data.

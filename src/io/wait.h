@@ -119,8 +119,8 @@ ReadyAwaiter<S> wait_ready(S& sock, asio::socket_base::wait_type what, Deadline 
   return ReadyAwaiter<S>{sock, what, dl, std::nullopt};
 }
 
-// Waits until `a` or `b` is readable (or the deadline passes). Yields 0 or 1 for which
-// socket became ready, or an error (errc::timed_out at the deadline).
+// Waits until `a` or `b` (when given) is readable, or the deadline passes. Yields 0 or 1
+// for which socket became ready, or an error (errc::timed_out at the deadline).
 struct EitherReadable {
   int which = -1;
   std::error_code ec;
@@ -129,7 +129,7 @@ struct EitherReadable {
 template <class S>
 struct EitherAwaiter {
   S& a;
-  S& b;
+  S* b;  // nullptr: wait for `a` alone
   Deadline deadline;
   std::optional<SteadyTimer> timer;
 
@@ -137,7 +137,7 @@ struct EitherAwaiter {
   void await_suspend(std::coroutine_handle<> h) {
     exec::Waker w = exec::arm_wait(h);
     arm_deadline(timer, a.get_executor(), deadline, w);
-    b.async_wait(asio::socket_base::wait_read, WaitHandler(w.clone(), kTagReady + 2));
+    if (b != nullptr) b->async_wait(asio::socket_base::wait_read, WaitHandler(w.clone(), kTagReady + 2));
     a.async_wait(asio::socket_base::wait_read, WaitHandler(std::move(w), kTagReady));
   }
   EitherReadable await_resume() {
