@@ -140,7 +140,9 @@ class Semaphore {
       bool await_suspend(std::coroutine_handle<> h) {
         Waker w = arm_wait(h);
         Waker displaced;  // the oldest waiter's, when this arrival pushes it out
-        node.enqueued_ns = now_ns();  // read before locking: the lock is held for pointer moves
+        // Only adaptive LIFO needs the enqueue time (waiters queued before it was switched on
+        // count as old); read before locking (the lock is held for pointer moves only).
+        if (s->lifo_after_ns_.load(std::memory_order_relaxed) > 0) node.enqueued_ns = now_ns();
         {
           std::lock_guard lk(s->mu_);
           // Re-check: a permit may have been released since await_ready.

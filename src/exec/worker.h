@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "exec/config.h"
+#include "exec/fast_rand.h"
 #include "exec/local_queue.h"
 #include "exec/parker.h"
 #include "exec/stats.h"
@@ -16,22 +17,6 @@
 namespace sg::exec {
 
 class Scheduler;
-
-// xorshift32: a worker-private fast RNG for victim selection (Tokio uses FastRand).
-class FastRand {
- public:
-  explicit FastRand(uint32_t seed) : s_(seed | 1) {}
-  uint32_t next() {
-    s_ ^= s_ << 13;
-    s_ ^= s_ >> 17;
-    s_ ^= s_ << 5;
-    return s_;
-  }
-  uint32_t below(uint32_t n) { return static_cast<uint32_t>((uint64_t{next()} * n) >> 32); }
-
- private:
-  uint32_t s_;
-};
 
 class Worker {
  public:

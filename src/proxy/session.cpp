@@ -4,8 +4,10 @@
 #include "proxy/session.h"
 
 #include <cerrno>
+#include <cstdint>
 
 #include "common/log.h"
+#include "exec/fast_rand.h"
 #include "http/serialize.h"
 #include "io/wait.h"
 #include "proxy/exchange.h"
@@ -72,13 +74,11 @@ class QueueWait final : public exec::WaitTimeout {
 // came straight back) would otherwise all time out in the same instant and return as one
 // wave again; the spread dissolves such waves within a few cycles.
 io::Clock::duration jittered_queue_timeout(io::Clock::duration timeout) {
-  thread_local uint64_t state = static_cast<uint64_t>(io::Clock::now().time_since_epoch().count()) | 1;
-  state ^= state << 13;  // xorshift64
-  state ^= state >> 7;
-  state ^= state << 17;
-  const auto spread = timeout / 5;
-  if (spread.count() <= 0) return timeout;
-  return timeout - io::Clock::duration(static_cast<io::Clock::duration::rep>(state % static_cast<uint64_t>(spread.count())));
+  thread_local exec::FastRand rand(static_cast<uint32_t>(io::Clock::now().time_since_epoch().count()));
+  // Drawn in microseconds: a fifth of any sane timeout fits in 32 bits (up to ~71 min).
+  const auto spread = std::chrono::duration_cast<std::chrono::microseconds>(timeout) / 5;
+  if (spread.count() <= 0 || spread.count() > UINT32_MAX) return timeout;
+  return timeout - std::chrono::microseconds(rand.below(static_cast<uint32_t>(spread.count())));
 }
 
 enum class Admit { kAdmitted, kQueueFull, kDisplaced, kTimeout, kShed, kClientGone };
