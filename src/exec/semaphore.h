@@ -23,6 +23,8 @@
 //     marks it displaced and wakes it (after unlocking), then links itself.
 //   * a woken waiter that finds itself granted owns the permit; one that is still linked
 //     (timer won) unlinks itself; both checks happen under `mu_`.
+//   * the timeout is armed after `mu_` is released; the waiter's task is still running
+//     then, so no wake can resume it before arming is done.
 #pragma once
 
 #include <atomic>
@@ -165,11 +167,13 @@ class Semaphore {
           node.waker = w.clone();
           s->link_locked(&node);
           waited = true;
-          // Armed under the lock: every wake source is registered before release() can
-          // see the node, and the timeout object (in the caller's frame) is not touched
-          // after.
-          if (timeout != nullptr) timeout->arm(std::move(w));
         }
+        // Armed after unlocking: arming a timer or a socket wait takes the reactor's locks
+        // and may be a syscall (epoll_ctl), which must not stretch a spin lock's critical
+        // section. A release() that grants the node first is harmless: this task is still
+        // running, so the wake only re-polls it after this poll returns, and await_resume
+        // cancels the timer; the timeout object (in the caller's frame) outlives the wait.
+        if (timeout != nullptr) timeout->arm(std::move(w));
         if (displaced) std::move(displaced).wake({{}, kDisplacedWake});
         return true;
       }

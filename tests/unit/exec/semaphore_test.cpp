@@ -1,7 +1,8 @@
 // Admission semaphore: FIFO fairness, adaptive LIFO under a standing queue (newest served
 // first, a full queue pushes out its oldest), bounded queue, timeouts, cancellation while
-// waiting, permits never lost (also when a grant races a cancellation). Timeouts are
-// driven by hand through a WaitTimeout stand-in, so nothing depends on wall-clock time.
+// waiting, permits never lost (also when a grant races a cancellation or a timeout).
+// Timeouts are driven by hand through WaitTimeout stand-ins, so nothing depends on
+// wall-clock time.
 #include "exec/semaphore.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -274,10 +276,67 @@ TEST(Semaphore, PermitGrantedToACancelledWaiterIsGivenBack) {
   }
 }
 
+// Timeouts that fire from another thread at any moment, racing grants: some fire inside
+// arm() itself (an expired deadline), the rest whenever the firing thread gets to them.
+// Nothing points back at the timeout object (it lives in the waiting coroutine's frame);
+// a waker that fires after its wait is over only drops its task reference.
+class RacingTimeouts {
+ public:
+  class Timeout final : public WaitTimeout {
+   public:
+    Timeout(RacingTimeouts& owner, bool expired) : owner_(owner), expired_(expired) {}
+    void arm(Waker w) override {
+      if (expired_) {
+        std::move(w).wake({{}, 1});
+        return;
+      }
+      std::lock_guard lk(owner_.mu_);
+      owner_.armed_.push_back(std::move(w));
+    }
+    void cancel() override {}
+
+   private:
+    RacingTimeouts& owner_;
+    bool expired_;
+  };
+
+  RacingTimeouts()
+      : firer_([this] {
+          while (!stop_.load()) {
+            fire_one();
+            std::this_thread::sleep_for(20us);
+          }
+        }) {}
+  ~RacingTimeouts() {
+    stop_.store(true);
+    firer_.join();
+    while (fire_one()) {
+    }
+  }
+
+ private:
+  bool fire_one() {
+    Waker w;
+    {
+      std::lock_guard lk(mu_);
+      if (armed_.empty()) return false;
+      w = std::move(armed_.back());
+      armed_.pop_back();
+    }
+    std::move(w).wake({{}, 1});
+    return true;
+  }
+  std::mutex mu_;
+  std::vector<Waker> armed_;
+  std::atomic<bool> stop_{false};
+  std::thread firer_;
+};
+
 class SemaphoreStress : public ::testing::TestWithParam<bool> {};
 
-// Many tasks on 3 workers, some cancelled; in the LIFO variant a small standing queue
-// also pushes waiters out. Whatever happens, the permits are all back at the end.
+// Many tasks on 3 workers, some cancelled, some with timeouts that race the grants; in the
+// LIFO variant a small standing queue also pushes waiters out. Whatever happens, the
+// permits are all back at the end.
 TEST_P(SemaphoreStress, ManyTasksNoPermitLost) {
   const bool lifo = GetParam();
   RuntimeConfig cfg;
@@ -286,14 +345,18 @@ TEST_P(SemaphoreStress, ManyTasksNoPermitLost) {
   constexpr int kPermits = 4, kTasks = 400;
   Semaphore s(kPermits, lifo ? 8 : 64);
   if (lifo) s.set_lifo_after(std::chrono::nanoseconds(1));
-  std::atomic<int> inside{0}, max_inside{0}, acquired{0}, rejected{0}, displaced{0};
+  std::atomic<int> inside{0}, max_inside{0}, acquired{0}, rejected{0}, displaced{0}, timed_out{0};
+  RacingTimeouts timeouts;  // after rt: its leftover wakers are dropped while the runtime exists
   std::vector<JoinHandle<void>> hs;
   for (int i = 0; i < kTasks; ++i) {
-    hs.push_back(rt.spawn([&]() -> Task<void> {
-      AcquireStatus st = co_await s.acquire();
+    hs.push_back(rt.spawn([&, i]() -> Task<void> {
+      std::optional<RacingTimeouts::Timeout> to;
+      if (i % 3 != 0) to.emplace(timeouts, /*expired=*/i % 3 == 1);
+      AcquireStatus st = co_await s.acquire(to ? &*to : nullptr);
       if (st != AcquireStatus::kAcquired) {
         rejected.fetch_add(1);
         if (st == AcquireStatus::kDisplaced) displaced.fetch_add(1);
+        if (st == AcquireStatus::kTimeout) timed_out.fetch_add(1);
         co_return;
       }
       // RAII: a task cancelled while it holds the permit (suspended in yield_now) must
@@ -315,6 +378,7 @@ TEST_P(SemaphoreStress, ManyTasksNoPermitLost) {
   for (auto& h : hs) h.wait();
   EXPECT_LE(max_inside.load(), kPermits);
   EXPECT_GT(acquired.load(), 0);
+  EXPECT_GT(timed_out.load(), 0) << "no timeout ever won against a grant";
   if (lifo) EXPECT_GT(displaced.load(), 0) << "the standing queue never pushed anyone out";
   else EXPECT_EQ(displaced.load(), 0);
   EXPECT_EQ(s.available(), static_cast<std::size_t>(kPermits));
