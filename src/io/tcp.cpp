@@ -126,6 +126,12 @@ bool TcpStream::peer_closed() {
   return false;
 }
 
+bool TcpStream::silent() {
+  char c;
+  ssize_t n = ::recv(sock_->native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n < 0 && would_block(errno);
+}
+
 void TcpStream::shutdown_write() {
   std::error_code ec;
   sock_->shutdown(asio::socket_base::shutdown_send, ec);

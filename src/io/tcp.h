@@ -51,8 +51,12 @@ class TcpStream {
     return EitherAwaiter<Socket>{*sock_, other != nullptr ? &*other->sock_ : nullptr, dl, std::nullopt};
   }
 
-  // True when the peer has closed or reset, checked without blocking or consuming data.
+  // True when the peer has closed or reset, checked without blocking or consuming data
+  // (bytes waiting to be read do not count: a pipelining client is still there).
   bool peer_closed();
+  // True when a read would block: the peer has sent nothing and has not closed or reset.
+  // One MSG_PEEK recv; consumes nothing.
+  bool silent();
 
   void shutdown_write();
   void close();

@@ -254,7 +254,10 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
     };
 
     // --- connection ---
-    std::optional<io::TcpStream> pooled = fresh_only ? std::nullopt : ep->pool().acquire();
+    // Replayable on a new connection if this one was closed under it: the condition of the
+    // replay below (a body must have come whole with the head: a streamed one cannot be resent).
+    const bool replayable = (idempotent || !has_body) && !body_started && request_body_consumed;
+    std::optional<io::TcpStream> pooled = fresh_only ? std::nullopt : ep->pool().acquire(replayable);
     fresh_only = false;
     const bool reused = pooled.has_value();
     io::TcpStream up;
@@ -429,6 +432,15 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
           ctx.note = "upstream closed the connection before responding";
           co_return co_await reply(502, false);
         }
+      }
+      if (hr.status == http::ReadStatus::kOk && reused && replayable && up_reader.parser().response().status == 408) {
+        // A 408 on a reused connection is the upstream timing out the idle connection, sent
+        // before our request reached it (RFC 9110 15.5.9 lets the client repeat the request;
+        // Go's transport does the same): replay once on a new connection.
+        up.close();
+        fresh_only = true;
+        --attempt;
+        goto next_attempt;
       }
       if (hr.status == http::ReadStatus::kParseError) {
         up.close();

@@ -2,7 +2,7 @@
 
 namespace sg::upstream {
 
-std::optional<io::TcpStream> ConnPool::acquire() {
+std::optional<io::TcpStream> ConnPool::acquire(bool replayable) {
   auto now = std::chrono::steady_clock::now();
   for (;;) {
     Idle got;
@@ -12,9 +12,12 @@ std::optional<io::TcpStream> ConnPool::acquire() {
       got = std::move(idle_.back());
       idle_.pop_back();
     }
-    // Too old, or closed/reset by the upstream while idle (or it sent unsolicited bytes):
-    // never reuse it.
-    if (now - got.since >= opts_.idle_timeout || got.stream.peer_closed()) {
+    // Too old, or closed/reset by the upstream while idle, or it sent unsolicited bytes
+    // (say a 408 before closing, which would pass for the next request's response): never
+    // reuse it.
+    const auto idle_for = now - got.since;
+    const bool check = !replayable || idle_for >= kCheckAfter;
+    if (idle_for >= opts_.idle_timeout || (check && !got.stream.silent())) {
       got.stream.close();
       continue;
     }

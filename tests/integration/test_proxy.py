@@ -168,6 +168,27 @@ class ProxyTest(unittest.TestCase):
         ids = [c.request("GET", f"/ka{i}").json()["conn"] for i in range(5)]
         self.assertEqual(len(set(ids)), 1, "sequential requests should reuse one pooled upstream connection")
 
+    def test_pooled_connection_ended_by_the_upstream_is_not_an_error(self):
+        # The upstream ends a keep-alive connection while it idles in the pool (no
+        # Connection: close), silently or with an unsolicited 408 (which must not pass for
+        # the next request's response). Reused within a second, a bodiless request skips the
+        # liveness check and is replayed on a new connection; a request with a body is
+        # always checked; after a second, every request is checked.
+        cases = [("/then-close", "GET", b"", 0.2), ("/then-close", "POST", b"payload", 0.2),
+                 ("/then-408", "GET", b"", 0.2), ("/then-408", "POST", b"payload", 0.2),
+                 ("/then-408", "GET", b"", 1.2)]
+        for path, method, body, pause in cases:
+            with self.subTest(path=path, method=method, pause=pause):
+                c = self.client()
+                first = c.request("GET", path + "?ms=20")
+                self.assertEqual(first.status, 200)
+                time.sleep(pause)
+                r = c.request(method, "/after", body=body)
+                self.assertEqual(r.status, 200, r.body)
+                self.assertEqual(r.json()["method"], method)
+                self.assertEqual(r.json()["body"], body.decode())
+                self.assertNotEqual(r.json()["conn"], first.json()["conn"], "served on the dead connection?")
+
     def test_http10_client_gets_connection_close(self):
         c = self.client()
         c.send(b"GET /ten HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")

@@ -205,6 +205,15 @@ def handle(conn, req, conn_id):
         time.sleep(int(params.get("ms", "800")) / 1000)
         s.sendall(b"5\r\nhello\r\n0\r\n\r\n")
         return True
+    if path in ("/then-close", "/then-408"):
+        # Answers as if the connection stays open, then ends it while it sits idle in the
+        # proxy's pool: silently, or (as some servers do at their idle timeout) with an
+        # unsolicited 408 first.
+        respond(s, 200, json.dumps({"conn": conn_id}).encode(), [("Content-Type", "application/json")])
+        time.sleep(int(params.get("ms", "20")) / 1000)
+        if path == "/then-408":
+            s.sendall(b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+        return False
     if path == "/close-after":
         respond(s, 200, b"bye", [("Connection", "close")])
         return False
