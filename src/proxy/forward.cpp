@@ -291,6 +291,7 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
       up.close();
       if (reused && !body_started) {
         fresh_only = true;  // a stale pooled connection: same request on a new connection
+        cluster.stats().stale_replays.fetch_add(1, std::memory_order_relaxed);
         --attempt;
         continue;
       }
@@ -420,6 +421,7 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
         up.close();
         if (reused && !hr.partial && (idempotent || !has_body) && !body_started) {
           fresh_only = true;  // the pooled connection was closed under us: replay once
+          cluster.stats().stale_replays.fetch_add(1, std::memory_order_relaxed);
           --attempt;
           goto next_attempt;
         }
@@ -439,6 +441,7 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
         // Go's transport does the same): replay once on a new connection.
         up.close();
         fresh_only = true;
+        cluster.stats().stale_replays.fetch_add(1, std::memory_order_relaxed);
         --attempt;
         goto next_attempt;
       }

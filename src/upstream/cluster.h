@@ -24,6 +24,9 @@ struct ClusterStats {
   std::atomic<uint64_t> retries_budget_exhausted{0};
   std::atomic<int64_t> retries_in_flight{0};
   std::atomic<uint64_t> no_healthy_endpoint{0};
+  // Reused connections found closed by the upstream only after the request was sent (or
+  // answered with its idle-timeout 408): the request was replayed on a new connection.
+  std::atomic<uint64_t> stale_replays{0};
   std::atomic<int64_t> active{0};
   // Request head sent -> response head received (the upstream's own latency, retries
   // measured per attempt).

@@ -17,7 +17,12 @@ std::optional<io::TcpStream> ConnPool::acquire(bool replayable) {
     // reuse it.
     const auto idle_for = now - got.since;
     const bool check = !replayable || idle_for >= kCheckAfter;
-    if (idle_for >= opts_.idle_timeout || (check && !got.stream.silent())) {
+    if (idle_for >= opts_.idle_timeout) {
+      got.stream.close();
+      continue;
+    }
+    if (check && !got.stream.silent()) {
+      stale_.fetch_add(1, std::memory_order_relaxed);
       got.stream.close();
       continue;
     }

@@ -13,7 +13,9 @@
 // cannot be replayed always gets the check.
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstddef>
 #include <deque>
 #include <mutex>
@@ -43,6 +45,8 @@ class ConnPool {
   void clear();
 
   std::size_t idle() const;
+  // Idle connections the liveness check found closed, reset or not silent (never reused).
+  uint64_t stale() const { return stale_.load(std::memory_order_relaxed); }
   const PoolOptions& options() const { return opts_; }
 
  private:
@@ -53,6 +57,7 @@ class ConnPool {
   PoolOptions opts_;
   mutable std::mutex mu_;
   std::deque<Idle> idle_;  // back = most recently released
+  std::atomic<uint64_t> stale_{0};
 };
 
 }  // namespace sg::upstream

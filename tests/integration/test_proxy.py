@@ -177,8 +177,11 @@ class ProxyTest(unittest.TestCase):
         cases = [("/then-close", "GET", b"", 0.2), ("/then-close", "POST", b"payload", 0.2),
                  ("/then-408", "GET", b"", 0.2), ("/then-408", "POST", b"payload", 0.2),
                  ("/then-408", "GET", b"", 1.2)]
+        def stale(detected):
+            return self.sg.metric("stealgate_upstream_stale_connections_total", cluster="app", detected=detected)
         for path, method, body, pause in cases:
             with self.subTest(path=path, method=method, pause=pause):
+                before = {d: stale(d) for d in ("check", "replay")}
                 c = self.client()
                 first = c.request("GET", path + "?ms=20")
                 self.assertEqual(first.status, 200)
@@ -188,6 +191,11 @@ class ProxyTest(unittest.TestCase):
                 self.assertEqual(r.json()["method"], method)
                 self.assertEqual(r.json()["body"], body.decode())
                 self.assertNotEqual(r.json()["conn"], first.json()["conn"], "served on the dead connection?")
+                # Which way the dead connection was found: checked when the request could not
+                # be replayed or the connection idled a second, otherwise after sending.
+                checked = method == "POST" or pause >= 1
+                self.assertEqual(stale("check") - before["check"], 1 if checked else 0)
+                self.assertEqual(stale("replay") - before["replay"], 0 if checked else 1)
 
     def test_http10_client_gets_connection_close(self):
         c = self.client()
