@@ -177,6 +177,20 @@ exec::Task<HeadRead> MessageReader::read_head(io::Deadline first_byte, io::Clock
   }
 }
 
+void MessageReader::top_up(BodyKind body) {
+  if (body != BodyKind::kContentLength && body != BodyKind::kChunked) return;
+  if (buf_ == nullptr || end_ < size_ || size_ >= kBodyBuffer) return;
+  const std::size_t have = end_ - begin_;
+  char* bigger = tl_buffers.get(kBodyBuffer);
+  std::memcpy(bigger, buf_ + begin_, have);
+  tl_buffers.put(buf_, size_);
+  buf_ = bigger;
+  size_ = kBodyBuffer;
+  begin_ = 0;
+  end_ = have;
+  if (auto got = s_.try_read(std::span<char>(buf_ + end_, size_ - end_)); got && !got->ec) end_ += got->n;
+}
+
 BodyRead MessageReader::buffered_body() {
   // Feed even with nothing buffered: a message without a body completes that way.
   ParseResult r = parser_.feed(buf_ ? buf_ + begin_ : "", end_ - begin_);

@@ -65,6 +65,13 @@ class MessageReader {
 
   // Decoded body bytes of the current message; `done` once it is complete.
   exec::Task<BodyRead> read_body(io::Deadline dl);
+  // After read_head, before buffered_body(), for a body framed by Content-Length or
+  // chunked coding: when the read that completed the head filled the buffer (the peer had
+  // more to send), moves the unparsed bytes into a body-sized buffer and reads once more,
+  // without waiting, so that a head and a small body that arrived together also leave
+  // together (one write on the other side instead of two). Never waits; a failed read is
+  // left for read_body to find again (a closed or reset peer stays closed).
+  void top_up(BodyKind body);
   // Like read_body, from what is already buffered only (no I/O): the body bytes that
   // arrived with the head, so they can leave in the same write as the head. No chunks
   // and not done means nothing usable is buffered yet; read_body continues from there.

@@ -222,6 +222,10 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
   std::string early_tail;
   const bool chunked_request = req.body == http::BodyKind::kChunked;
   if (has_body && !req.expect_continue) {
+    // A small body that came with the head leaves with it: one write upstream, not two.
+    // (Not done for responses: upstreams tend to write head and body separately, and the
+    // extra read mostly found nothing: post16k measured one recv more, one sendmsg less.)
+    down.reader.top_up(req.body);
     early_body = down.reader.buffered_body();
     if (early_body.status != http::ReadStatus::kOk) {
       int st = down.reader.parser().error_status();
