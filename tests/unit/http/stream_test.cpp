@@ -3,9 +3,7 @@
 // not there.
 #include "http/stream.h"
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -14,24 +12,13 @@
 
 #include "io/reactor.h"
 #include "io/tcp.h"
+#include "../../support/loopback.h"
 
 namespace sg::http {
 namespace {
 
 using namespace std::chrono_literals;
-
-int client_connect(uint16_t port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
+using sg::testing::connect_loopback;
 
 struct Got {
   std::size_t body_bytes = 0;
@@ -45,7 +32,7 @@ Got read_request(const std::string& bytes, bool top_up) {
   io::Runtime rt(exec::RuntimeConfig{});
   auto listener = io::TcpListener::bind(rt.context(), io::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0), {});
   EXPECT_TRUE(listener.ok());
-  int fd = client_connect(listener->local_endpoint().port());
+  int fd = connect_loopback(listener->local_endpoint().port());
   EXPECT_GE(fd, 0);
   // One write: head and body are in the server's receive queue before it reads.
   EXPECT_EQ(::send(fd, bytes.data(), bytes.size(), 0), static_cast<ssize_t>(bytes.size()));

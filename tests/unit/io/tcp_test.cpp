@@ -19,32 +19,18 @@
 
 #include "exec/context.h"
 #include "io/reactor.h"
+#include "../../support/loopback.h"
 
 namespace sg::io {
 namespace {
 
 using namespace std::chrono_literals;
+using sg::testing::connect_loopback;
 
 exec::RuntimeConfig two_workers() {
   exec::RuntimeConfig c;
   c.worker_threads = 2;
   return c;
-}
-
-// A blocking client socket connected to 127.0.0.1:port (test side, outside the runtime).
-int client_connect(uint16_t port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  timeval tv{5, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  return fd;
 }
 
 bool on_worker() { return exec::tl_ctx.worker != nullptr && !exec::tl_ctx.in_driver; }
@@ -76,7 +62,7 @@ TEST(Tcp, EchoServerCompletionsRunOnWorkers) {
     }
   });
   for (int c = 0; c < 3; ++c) {
-    int fd = client_connect(port);
+    int fd = connect_loopback(port);
     ASSERT_GE(fd, 0);
     for (int i = 0; i < 5; ++i) {
       std::string msg = "hello " + std::to_string(c) + "/" + std::to_string(i);
@@ -115,7 +101,7 @@ TEST(Tcp, ReadDeadlineTimesOutAndSocketStaysUsable) {
     auto ec = co_await conn->write_all("late reply");
     co_return ec ? ec.message() : "ok";
   });
-  int fd = client_connect(port);
+  int fd = connect_loopback(port);
   ASSERT_GE(fd, 0);
   char buf[64];
   ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
@@ -147,7 +133,7 @@ TEST(Tcp, AcceptedStreamsAreNonBlockingWithNodelayAndKnowTheirPeer) {
     seen.peer = conn->remote_endpoint();
     co_return seen;
   });
-  int fd = client_connect(port);
+  int fd = connect_loopback(port);
   ASSERT_GE(fd, 0);
   sockaddr_in local{};
   socklen_t len = sizeof(local);
@@ -210,7 +196,7 @@ TEST(Tcp, CancellingATaskBlockedInReadDropsItsFrame) {
     reading.store(true);
     co_await conn->read_some(buf);  // the client never writes
   });
-  int fd = client_connect(port);
+  int fd = connect_loopback(port);
   ASSERT_GE(fd, 0);
   while (!reading.load()) std::this_thread::sleep_for(1ms);
   h.cancel();
@@ -249,7 +235,7 @@ TEST(Tcp, ShutdownWithPendingIoDropsWaitingTasks) {
       } d{&dropped};
       co_await sleep_for(1h);
     });
-    fd = client_connect(port);
+    fd = connect_loopback(port);
     while (!reading.load()) std::this_thread::sleep_for(1ms);
   }
   EXPECT_EQ(dropped.load(), 2);
