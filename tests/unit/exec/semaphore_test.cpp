@@ -347,6 +347,13 @@ TEST_P(SemaphoreStress, ManyTasksNoPermitLost) {
   if (lifo) s.set_lifo_after(std::chrono::nanoseconds(1));
   std::atomic<int> inside{0}, max_inside{0}, acquired{0}, rejected{0}, displaced{0}, timed_out{0};
   RacingTimeouts timeouts;  // after rt: its leftover wakers are dropped while the runtime exists
+  // All permits are held until a timeout has won (tasks are queued behind them), then
+  // released into the race; without this the tasks may never have to wait at all.
+  std::vector<Semaphore::Permit> held;
+  for (int i = 0; i < kPermits; ++i) {
+    ASSERT_TRUE(s.try_acquire());
+    held.emplace_back(&s);
+  }
   std::vector<JoinHandle<void>> hs;
   for (int i = 0; i < kTasks; ++i) {
     hs.push_back(rt.spawn([&, i]() -> Task<void> {
@@ -375,10 +382,11 @@ TEST_P(SemaphoreStress, ManyTasksNoPermitLost) {
     }));
     if (i % 7 == 0) hs.back().cancel();
   }
+  EXPECT_TRUE(eventually([&] { return timed_out.load() > 0; })) << "no queued waiter ever timed out";
+  held.clear();
   for (auto& h : hs) h.wait();
   EXPECT_LE(max_inside.load(), kPermits);
   EXPECT_GT(acquired.load(), 0);
-  EXPECT_GT(timed_out.load(), 0) << "no timeout ever won against a grant";
   if (lifo) EXPECT_GT(displaced.load(), 0) << "the standing queue never pushed anyone out";
   else EXPECT_EQ(displaced.load(), 0);
   EXPECT_EQ(s.available(), static_cast<std::size_t>(kPermits));
