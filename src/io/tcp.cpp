@@ -118,18 +118,13 @@ exec::Task<std::error_code> TcpStream::write_all(std::string_view data, Deadline
   co_return co_await write_all(std::span<const std::string_view>(one), dl);
 }
 
-bool TcpStream::peer_closed() {
+TcpStream::PeerState TcpStream::peek() {
   char c;
   ssize_t n = ::recv(sock_->native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
-  if (n == 0) return true;
-  if (n < 0 && !would_block(errno) && errno != EINTR) return true;
-  return false;
-}
-
-bool TcpStream::silent() {
-  char c;
-  ssize_t n = ::recv(sock_->native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
-  return n < 0 && would_block(errno);
+  if (n > 0) return PeerState::kData;
+  if (n == 0) return PeerState::kClosed;
+  if (would_block(errno) || errno == EINTR) return PeerState::kSilent;
+  return PeerState::kClosed;  // reset or another error
 }
 
 void TcpStream::shutdown_write() {

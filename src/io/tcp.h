@@ -7,6 +7,7 @@
 // leaves the socket usable (e.g. to write a 408 before closing).
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -51,12 +52,14 @@ class TcpStream {
     return EitherAwaiter<Socket>{*sock_, other != nullptr ? &*other->sock_ : nullptr, dl, std::nullopt};
   }
 
-  // True when the peer has closed or reset, checked without blocking or consuming data
-  // (bytes waiting to be read do not count: a pipelining client is still there).
-  bool peer_closed();
-  // True when a read would block: the peer has sent nothing and has not closed or reset.
-  // One MSG_PEEK recv; consumes nothing.
-  bool silent();
+  // What a read would find, without blocking or consuming anything (one MSG_PEEK recv).
+  enum class PeerState : uint8_t { kSilent, kData, kClosed };  // kClosed: EOF, reset or error
+  PeerState peek();
+  // The peer has closed or reset (bytes waiting to be read do not count: a pipelining
+  // client is still there).
+  bool peer_closed() { return peek() == PeerState::kClosed; }
+  // A read would block: the peer has sent nothing and has not closed or reset.
+  bool silent() { return peek() == PeerState::kSilent; }
 
   void shutdown_write();
   void close();
