@@ -79,13 +79,19 @@ bool MessageReader::make_room() {
     return true;
   }
   if (size_ >= cap_) return false;
-  std::size_t n = std::min(cap_, size_ * 2);
+  move_to_buffer(std::min(cap_, size_ * 2));
+  return true;
+}
+
+void MessageReader::move_to_buffer(std::size_t n) {
+  const std::size_t have = end_ - begin_;
   char* bigger = tl_buffers.get(n);
-  std::memcpy(bigger, buf_, end_);
+  std::memcpy(bigger, buf_ + begin_, have);
   tl_buffers.put(buf_, size_);
   buf_ = bigger;
   size_ = n;
-  return true;
+  begin_ = 0;
+  end_ = have;
 }
 
 void MessageReader::reserve_empty(std::size_t n) {
@@ -180,14 +186,7 @@ exec::Task<HeadRead> MessageReader::read_head(io::Deadline first_byte, io::Clock
 void MessageReader::top_up(BodyKind body) {
   if (body != BodyKind::kContentLength && body != BodyKind::kChunked) return;
   if (buf_ == nullptr || end_ < size_ || size_ >= kBodyBuffer) return;
-  const std::size_t have = end_ - begin_;
-  char* bigger = tl_buffers.get(kBodyBuffer);
-  std::memcpy(bigger, buf_ + begin_, have);
-  tl_buffers.put(buf_, size_);
-  buf_ = bigger;
-  size_ = kBodyBuffer;
-  begin_ = 0;
-  end_ = have;
+  move_to_buffer(kBodyBuffer);
   if (auto got = s_.try_read(std::span<char>(buf_ + end_, size_ - end_)); got && !got->ec) end_ += got->n;
 }
 

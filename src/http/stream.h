@@ -89,6 +89,8 @@ class MessageReader {
   bool make_room();
   // With nothing buffered: a buffer of at least n bytes (contents not kept).
   void reserve_empty(std::size_t n);
+  // The unparsed bytes, moved to the start of a new buffer of n bytes (n > what they need).
+  void move_to_buffer(std::size_t n);
   void release_buffer();
 
   io::TcpStream& s_;
