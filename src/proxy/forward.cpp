@@ -265,6 +265,15 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
     fresh_only = false;
     const bool reused = pooled.has_value();
     io::TcpStream up;
+    // The reused connection turned out closed by the upstream before it answered: the same
+    // request goes out once more on a new connection (a replay, not a retry: the upstream
+    // never saw it). The caller continues with the next attempt.
+    auto replay_on_new_connection = [&] {
+      up.close();
+      fresh_only = true;
+      cluster.stats().stale_replays.fetch_add(1, std::memory_order_relaxed);
+      --attempt;
+    };
     if (reused) {
       up = std::move(*pooled);
     } else {
@@ -294,9 +303,7 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
     if (auto ec = co_await write_body(up, head_bytes, early_body.chunks, chunked_request, early_tail, send_dl)) {
       up.close();
       if (reused && !body_started) {
-        fresh_only = true;  // a stale pooled connection: same request on a new connection
-        cluster.stats().stale_replays.fetch_add(1, std::memory_order_relaxed);
-        --attempt;
+        replay_on_new_connection();
         continue;
       }
       cluster.record_failure(*ep);
@@ -424,9 +431,7 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
       if (hr.status == http::ReadStatus::kClosed || hr.status == http::ReadStatus::kIoError) {
         up.close();
         if (reused && !hr.partial && (idempotent || !has_body) && !body_started) {
-          fresh_only = true;  // the pooled connection was closed under us: replay once
-          cluster.stats().stale_replays.fetch_add(1, std::memory_order_relaxed);
-          --attempt;
+          replay_on_new_connection();
           goto next_attempt;
         }
         cluster.record_failure(*ep);
@@ -443,10 +448,7 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
         // A 408 on a reused connection is the upstream timing out the idle connection, sent
         // before our request reached it (RFC 9110 15.5.9 lets the client repeat the request;
         // Go's transport does the same): replay once on a new connection.
-        up.close();
-        fresh_only = true;
-        cluster.stats().stale_replays.fetch_add(1, std::memory_order_relaxed);
-        --attempt;
+        replay_on_new_connection();
         goto next_attempt;
       }
       if (hr.status == http::ReadStatus::kParseError) {
