@@ -80,11 +80,29 @@ void parse_admin(Ctx& ctx, const YAML::Node& n, AdminSection& a) {
   m.read_address("address", a.address);
 }
 
+// A key whose value is one of a fixed set of words.
+template <class T>
+void read_choice(const MapView& m, std::string_view key, T& out,
+                 const std::vector<std::pair<std::string_view, T>>& choices) {
+  std::string v;
+  if (!m.read(key, v) || !m.has(key)) return;
+  std::string expected;
+  for (const auto& [word, value] : choices) {
+    if (v == word) {
+      out = value;
+      return;
+    }
+    expected += (expected.empty() ? "" : " | ") + std::string(word);
+  }
+  m.ctx().error(m.get(key), m.path(key), "expected " + expected + ", got \"" + v + "\"");
+}
+
 void parse_listener(Ctx& ctx, const YAML::Node& n, const std::string& path, ListenerSection& l) {
   MapView m(ctx, n, path,
             {"name", "address", "backlog", "reuse_port", "max_connections", "on_max_connections",
              "header_timeout", "idle_timeout", "body_timeout", "send_timeout", "max_target_bytes",
-             "max_header_bytes", "max_headers", "max_body_bytes"});
+             "max_header_bytes", "max_headers", "max_body_bytes", "path_normalization", "escaped_slashes",
+             "backslashes"});
   if (!n.IsMap()) return;
   m.read("name", l.name);
   if (!m.has("address")) ctx.error(n, path, "missing required key \"address\"");
@@ -109,6 +127,13 @@ void parse_listener(Ctx& ctx, const YAML::Node& n, const std::string& path, List
   if (m.read_size("max_header_bytes", v)) l.max_header_bytes = v;
   m.read_num("max_headers", l.max_headers, 1, 10000);
   m.read_size("max_body_bytes", l.max_body_bytes);
+  read_choice(m, "path_normalization", l.path.policy,
+              {{"normalize", http::PathPolicy::kNormalize}, {"reject", http::PathPolicy::kReject},
+               {"off", http::PathPolicy::kOff}});
+  const std::vector<std::pair<std::string_view, http::SlashPolicy>> slash = {
+      {"keep", http::SlashPolicy::kKeep}, {"reject", http::SlashPolicy::kReject}, {"decode", http::SlashPolicy::kDecode}};
+  read_choice(m, "escaped_slashes", l.path.escaped_slashes, slash);
+  read_choice(m, "backslashes", l.path.backslashes, slash);
 }
 
 void parse_limits(Ctx& ctx, const YAML::Node& n, LimitsSection& l) {
@@ -265,7 +290,7 @@ void parse_name_value_matchers(Ctx& ctx, const YAML::Node& n, const std::string&
 void parse_route(Ctx& ctx, const YAML::Node& n, const std::string& path, RouteSection& r) {
   MapView m(ctx, n, path,
             {"name", "match", "cluster", "direct_response", "redirect", "rewrite", "request_headers",
-             "response_headers", "timeout", "retries", "max_concurrent_requests"});
+             "response_headers", "timeout", "retries", "max_concurrent_requests", "upgrades"});
   if (!n.IsMap()) return;
   m.read("name", r.name);
   MapView mm(ctx, m.get("match"), m.path("match"),
@@ -282,7 +307,19 @@ void parse_route(Ctx& ctx, const YAML::Node& n, const std::string& path, RouteSe
   if (paths > 1) ctx.error(m.get("match"), m.path("match"), "use only one of path, path_prefix, path_regex");
   for (const char* key : {"path", "path_prefix"}) {
     std::string v = key == std::string("path") ? r.match.path_exact : r.match.path_prefix;
-    if (!v.empty() && v.front() != '/') ctx.error(mm.get(key), mm.path(key), "must start with /");
+    if (!v.empty() && v.front() != '/') {
+      ctx.error(mm.get(key), mm.path(key), "must start with /");
+      continue;
+    }
+    // Requests are matched on the normalized path (http/path.h): a matcher that is not
+    // normal itself could never match (and would look like an access rule that holds).
+    std::string normal = v;
+    http::PathResult pr = http::normalize_path(normal, http::PathOptions{});
+    if (!v.empty() && (pr.error != http::PathError::kNone || pr.changed)) {
+      ctx.error(mm.get(key), mm.path(key),
+                "\"" + v + "\" is not a normalized path and would never match (requests are matched after "
+                "normalization" + (pr.error == http::PathError::kNone ? "; write \"" + normal + "\")" : ")"));
+    }
   }
   if (!r.match.path_regex.empty()) {
     try {
@@ -333,6 +370,14 @@ void parse_route(Ctx& ctx, const YAML::Node& n, const std::string& path, RouteSe
   parse_header_ops(ctx, m.get("response_headers"), m.path("response_headers"), r.response_headers);
   m.read_duration("timeout", r.timeout);
   m.read_num("max_concurrent_requests", r.max_concurrent_requests, 0, 100'000'000);
+  if (m.has("upgrades") && m.read_strings("upgrades", r.upgrades)) {
+    for (std::string& u : r.upgrades) {
+      const bool token = !u.empty() && u.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                                           "0123456789!#$%&'*+-.^_`|~") == std::string::npos;
+      if (!token) ctx.error(m.get("upgrades"), m.path("upgrades"), "\"" + u + "\" is not a protocol name");
+      for (char& c : u) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c + ('a' - 'A') : c);
+    }
+  }
   YAML::Node rt = m.get("retries");
   if (rt.IsDefined()) {
     MapView rm(ctx, rt, m.path("retries"), {"attempts", "on", "budget_percent", "min_retry_concurrency"});

@@ -27,6 +27,24 @@ const char* lb_name(LbPolicy p) {
   return "round_robin";
 }
 
+const char* path_policy_name(http::PathPolicy p) {
+  switch (p) {
+    case http::PathPolicy::kNormalize: return "normalize";
+    case http::PathPolicy::kReject: return "reject";
+    case http::PathPolicy::kOff: return "off";
+  }
+  return "?";
+}
+
+const char* slash_policy_name(http::SlashPolicy p) {
+  switch (p) {
+    case http::SlashPolicy::kKeep: return "keep";
+    case http::SlashPolicy::kReject: return "reject";
+    case http::SlashPolicy::kDecode: return "decode";
+  }
+  return "?";
+}
+
 const char* retry_name(RetryOn r) {
   switch (r) {
     case RetryOn::kConnectFailure: return "connect_failure";
@@ -107,6 +125,9 @@ std::string to_yaml(const Config& c) {
     e << YAML::Key << "max_header_bytes" << YAML::Value << l.max_header_bytes;
     e << YAML::Key << "max_headers" << YAML::Value << l.max_headers;
     e << YAML::Key << "max_body_bytes" << YAML::Value << l.max_body_bytes;
+    e << YAML::Key << "path_normalization" << YAML::Value << path_policy_name(l.path.policy);
+    e << YAML::Key << "escaped_slashes" << YAML::Value << slash_policy_name(l.path.escaped_slashes);
+    e << YAML::Key << "backslashes" << YAML::Value << slash_policy_name(l.path.backslashes);
     e << YAML::EndMap;
   }
   e << YAML::EndSeq;
@@ -207,6 +228,7 @@ std::string to_yaml(const Config& c) {
     e << YAML::Key << "min_retry_concurrency" << YAML::Value << r.retries.min_retry_concurrency;
     e << YAML::EndMap;
     e << YAML::Key << "max_concurrent_requests" << YAML::Value << r.max_concurrent_requests;
+    e << YAML::Key << "upgrades" << YAML::Value << YAML::Flow << r.upgrades;
     e << YAML::EndMap;
   }
   e << YAML::EndSeq;

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "http/path.h"
+
 namespace sg::config {
 
 using Duration = std::chrono::milliseconds;
@@ -49,9 +51,14 @@ struct ListenerSection {
   Duration idle_timeout{60'000};     // keep-alive wait for the next request
   Duration body_timeout{30'000};     // between reads of a request body
   Duration send_timeout{30'000};     // between writes to a slow client
-  std::size_t max_target_bytes = 8 * 1024;
+  // At least as wide as nginx's and HAProxy's defaults for ordinary traffic: a request line
+  // of 16 KiB (HAProxy's buffer; nginx's is 8 KiB), 32 KiB of header section (nginx's 4 x
+  // 8 KiB; HAProxy's 16 KiB buffer), no count that those sizes would not hit first.
+  std::size_t max_target_bytes = 16 * 1024;
   std::size_t max_header_bytes = 32 * 1024;
-  std::size_t max_headers = 100;
+  std::size_t max_headers = 256;
+  // How the request path is normalized before routing (http/path.h).
+  http::PathOptions path;
   uint64_t max_body_bytes = 64ull * 1024 * 1024;  // 0 = unlimited
 };
 
@@ -170,6 +177,9 @@ struct RouteSection {
   Duration timeout{15'000};   // upstream response (first byte of the response head)
   RetrySection retries;
   std::size_t max_concurrent_requests = 0;
+  // Upgrade protocols forwarded (lower-case names, no version); any other is dropped and
+  // the request goes upstream as plain HTTP/1.1 (h2c smuggling).
+  std::vector<std::string> upgrades{"websocket"};
 };
 
 enum class LogFormat { kText, kJson };

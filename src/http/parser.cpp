@@ -372,7 +372,7 @@ const char* find_cr_or_lf(const char* p, std::size_t n) {
 }
 }  // namespace
 
-bool Parser::lex_head(const char* data, std::size_t len) {
+bool Parser::lex_head(char* data, std::size_t len) {
   const int bad = mode_ == Mode::kRequest ? 400 : 502;
   auto violation = [&](const char* what) {
     fail(bad, what);
@@ -438,12 +438,28 @@ bool Parser::lex_head(const char* data, std::size_t len) {
           return violation("bare LF line ending");
         } else {
           lex_seen_field_line_ = true;
-          lex_ = Lex::kInLine;
+          field_name_len_ = 0;
+          framing_value_ = false;
+          lex_ = Lex::kFieldName;
+          lex_field_name_char(c);
+        }
+        break;
+      case Lex::kFieldName:
+        if (c == '\r' || c == '\n') {  // a line without a colon: llhttp refuses it
+          if (c == '\n') return violation("bare LF line ending");
+          lex_ = Lex::kCr;
+        } else {
+          lex_field_name_char(c);
         }
         break;
       case Lex::kInLine: {
         // The bulk of a head: skip to the line's end (16 bytes at a time).
-        const char* q = find_cr_or_lf(data + i, len - i);
+        char* q = data + (find_cr_or_lf(data + i, len - i) - data);
+        if (framing_value_) {
+          for (char* b = data + i; b < q; ++b) {
+            if (*b == '\t') *b = ' ';
+          }
+        }
         if (q == data + len) {
           i = len - 1;  // the whole rest is inside this line
           break;
@@ -464,6 +480,19 @@ bool Parser::lex_head(const char* data, std::size_t len) {
   return true;
 }
 
+void Parser::lex_field_name_char(char c) {
+  if (c == ':') {
+    const std::string_view name(field_name_, std::min(field_name_len_, sizeof(field_name_)));
+    framing_value_ = field_name_len_ <= sizeof(field_name_) && (name == "content-length" || name == "transfer-encoding");
+    lex_ = Lex::kInLine;
+    return;
+  }
+  if (field_name_len_ < sizeof(field_name_)) {
+    field_name_[field_name_len_] = (c >= 'A' && c <= 'Z') ? static_cast<char>(c + ('a' - 'A')) : c;
+  }
+  ++field_name_len_;
+}
+
 // "HTTP/" DIGIT "." DIGIT at the end of what we have seen of the start line (§2.3).
 bool Parser::version_tail_ok() const {
   char v[8];  // unroll the ring: v[0] is the 8th-last byte
@@ -472,7 +501,7 @@ bool Parser::version_tail_ok() const {
          v[7] >= '0' && v[7] <= '9';
 }
 
-ParseResult Parser::feed(const char* data, std::size_t len) {
+ParseResult Parser::feed(char* data, std::size_t len) {
   body_.clear();
   if (error_status_ != 0) return {0, ParseEvent::kError};
   if (!head_done_ && lex_ != Lex::kDone && !lex_head(data, len)) return {0, ParseEvent::kError};

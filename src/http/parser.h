@@ -22,9 +22,9 @@
 namespace sg::http {
 
 struct ParserLimits {
-  std::size_t max_target_bytes = 8 * 1024;    // request-target; over it: 414
+  std::size_t max_target_bytes = 16 * 1024;   // request-target; over it: 414
   std::size_t max_header_bytes = 32 * 1024;   // header section (and trailer section); 431
-  std::size_t max_headers = 100;              // field lines; 431
+  std::size_t max_headers = 256;              // field lines; 431
   uint64_t max_body_bytes = 0;                // 0 = unlimited; over it: 413
   std::size_t max_chunk_ext_bytes = 4 * 1024; // chunk extensions per chunk; 400
 };
@@ -49,8 +49,16 @@ class Parser {
   Parser(const Parser&) = delete;
   Parser& operator=(const Parser&) = delete;
 
-  ParseResult feed(const char* data, std::size_t len);
-  ParseResult feed(std::string_view s) { return feed(s.data(), s.size()); }
+  // `data` is writable: the head lexer folds HTAB to SP inside Content-Length and
+  // Transfer-Encoding values (OWS either way, RFC 9110 §5.6.3), which llhttp would
+  // otherwise refuse after the value.
+  ParseResult feed(char* data, std::size_t len);
+  // Feeds a copy (body views then point into the parser's own copy, valid until the next
+  // feed): for callers holding read-only bytes.
+  ParseResult feed(std::string_view s) {
+    copy_.assign(s);
+    return feed(copy_.data(), copy_.size());
+  }
   // The peer closed: completes a close-delimited response body; an error if a message was
   // in progress otherwise.
   ParseResult finish();
@@ -92,14 +100,18 @@ class Parser {
 
   // Scans head bytes before llhttp sees them, for what llhttp 8 tolerates: bare LF line
   // ends, obs-fold, whitespace before the first field. Returns false on a violation.
-  bool lex_head(const char* data, std::size_t len);
+  bool lex_head(char* data, std::size_t len);
+  void lex_field_name_char(char c);
 
   Mode mode_;
   ParserLimits limits_;
   // Head lexer state (persists across feeds while a head is incomplete).
-  enum class Lex : uint8_t { kStart, kStartLine, kLineStart, kInLine, kCr, kEndCr, kDone };
+  enum class Lex : uint8_t { kStart, kStartLine, kLineStart, kFieldName, kInLine, kCr, kEndCr, kDone };
   Lex lex_ = Lex::kStart;
   bool lex_seen_field_line_ = false;
+  char field_name_[18] = {};   // the current field name, lower-cased (long enough for ours)
+  std::size_t field_name_len_ = 0;
+  bool framing_value_ = false;  // in a Content-Length / Transfer-Encoding value
   char start_line_tail_[8] = {};  // last 8 bytes of the start line, a ring indexed by length % 8
   char start_line_head_[40] = {}; // first bytes of the start line (the method, for requests)
   std::size_t start_line_len_ = 0;
@@ -126,6 +138,7 @@ class Parser {
   int error_status_ = 0;
   std::string error_detail_;
   ParseEvent pause_event_ = ParseEvent::kNeedMore;
+  std::string copy_;
 };
 
 }  // namespace sg::http

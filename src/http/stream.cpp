@@ -192,7 +192,8 @@ void MessageReader::top_up(BodyKind body) {
 
 BodyRead MessageReader::buffered_body() {
   // Feed even with nothing buffered: a message without a body completes that way.
-  ParseResult r = parser_.feed(buf_ ? buf_ + begin_ : "", end_ - begin_);
+  static char nothing[1];
+  ParseResult r = parser_.feed(buf_ ? buf_ + begin_ : nothing, end_ - begin_);
   begin_ += r.consumed;
   if (r.event == ParseEvent::kError) return BodyRead{ReadStatus::kParseError, {}, {}, false};
   chunks_.assign(parser_.body().begin(), parser_.body().end());

@@ -185,7 +185,10 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
   bool body_started = false;               // a body byte was read (the request cannot be replayed)
   bool sent_100 = false;                   // we (or the upstream via us) sent 100 Continue
 
-  ForwardInfo info{ctx.client_ip, ctx.request_id, "http", req.upgrade};
+  bool upgrade_refused = false;
+  const std::string upgrade = allowed_upgrade(req, rcfg.upgrades, upgrade_refused);
+  if (upgrade_refused) gs.upgrades_refused.fetch_add(1, std::memory_order_relaxed);
+  ForwardInfo info{ctx.client_ip, ctx.request_id, "http", upgrade};
   std::string head_bytes;
   append_upstream_request_head(head_bytes, req, rewritten_target(req, rcfg), &rcfg, info);
 
@@ -199,6 +202,12 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
   RetryBudget budget(cluster, rcfg.retries);
   const uint32_t max_attempts = 1 + rcfg.retries.attempts;
   int exclude = -1;
+  // Endpoints whose connect failed for this request, and how many attempts went to such
+  // retries: a connect failure never reached an upstream, so trying every other endpoint
+  // once is always safe (nginx's default too); it counts against the retry budget, not
+  // against `retries.attempts`, which bounds retries of requests an upstream has seen.
+  uint64_t connect_failed = 0;
+  uint32_t connect_retries = 0;
   bool fresh_only = false;  // a pooled connection just failed: use a new one
 
   // ctx.note is set by the caller (no class-type temporaries into coroutines: exec/coro.h).
@@ -242,7 +251,7 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
   for (uint32_t attempt = 0;; ++attempt) {
     ctx.attempts = static_cast<int>(attempt + 1);
     int idx = -1;
-    upstream::Endpoint* ep = cluster.pick(upstream::PickContext{hash, exclude}, &idx);
+    upstream::Endpoint* ep = cluster.pick(upstream::PickContext{hash, exclude, connect_failed}, &idx);
     if (ep == nullptr) {
       ctx.note = "no healthy upstream";
       co_return co_await reply(503, false);
@@ -254,7 +263,7 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
     cluster.stats().requests.fetch_add(1, std::memory_order_relaxed);
 
     auto can_retry = [&](bool cond) {
-      return cond && attempt + 1 < max_attempts && budget.try_take();
+      return cond && attempt - connect_retries + 1 < max_attempts && budget.try_take();
     };
 
     // --- connection ---
@@ -284,7 +293,10 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
         cluster.stats().connect_errors.fetch_add(1, std::memory_order_relaxed);
         gs.upstream_connect_errors.fetch_add(1, std::memory_order_relaxed);
         cluster.record_failure(*ep);
-        if (!body_started && can_retry(retry_on(rcfg, config::RetryOn::kConnectFailure))) {
+        connect_failed |= upstream::endpoint_bit(idx);
+        if (!body_started && retry_on(rcfg, config::RetryOn::kConnectFailure) &&
+            cluster.has_available(connect_failed) && budget.try_take()) {
+          ++connect_retries;
           exclude = idx;
           continue;
         }
@@ -465,9 +477,18 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
         cluster.stats().response_head_time.observe(static_cast<uint64_t>(
             std::chrono::duration_cast<std::chrono::nanoseconds>(io::Clock::now() - sent_at).count()));
       }
-      if (resp.status == 101 && req.upgrade) {
-        upgraded = true;
-        break;
+      if (resp.status == 101) {
+        if (upgrade_matches(resp, upgrade)) {
+          upgraded = true;
+          break;
+        }
+        // A switch nobody asked for (or to a protocol the route does not allow): relaying
+        // it would hand the connection to a protocol that bypasses routing and limits.
+        up.close();
+        gs.upgrades_unexpected.fetch_add(1, std::memory_order_relaxed);
+        cluster.record_failure(*ep);
+        ctx.note = "upstream switched protocols without an allowed Upgrade";
+        co_return co_await reply(502, true);
       }
       if (resp.is_informational()) {
         // Relay 1xx to HTTP/1.1 clients (never to 1.0 ones); we already sent our own 100.

@@ -184,16 +184,12 @@ void append_upstream_request_head(std::string& out, const http::RequestHead& req
   const bool rewrite_host = route != nullptr && !route->rewrite_host.empty();
   ConnectionNamed named(req.headers);
   std::string xff, xfp, xfh, via;
-  std::string_view upgrade_proto;
   bool has_host = false;
   for (const auto& f : req.headers) {
     const std::string_view n = f.name;
     const Field kind = classify(n);
     switch (kind) {
-      case Field::kUpgrade:
-        if (info.upgrade && upgrade_proto.empty()) upgrade_proto = f.value;
-        continue;
-      case Field::kConnection: case Field::kHopByHop:
+      case Field::kConnection: case Field::kUpgrade: case Field::kHopByHop:
       // Framing and the request id are ours.
       case Field::kContentLength: case Field::kExpect: case Field::kRequestId:
         continue;
@@ -223,9 +219,9 @@ void append_upstream_request_head(std::string& out, const http::RequestHead& req
     w.field("Content-Length", "0");
   }
   if (req.expect_continue) w.field("Expect", "100-continue");
-  if (info.upgrade && !upgrade_proto.empty()) {
+  if (!info.upgrade.empty()) {
     w.field("Connection", "upgrade");
-    w.field("Upgrade", upgrade_proto);
+    w.field("Upgrade", info.upgrade);
   }
   if (rewrite_host) {
     w.field("Host", route->rewrite_host);
@@ -296,6 +292,40 @@ void append_client_response_head(std::string& out, const http::ResponseHead& res
     w.field("Connection", "close");
   }
   w.finish();
+}
+
+namespace {
+// "websocket" of "WebSocket/13": the protocol name of an Upgrade list item.
+std::string_view protocol_name(std::string_view item) { return item.substr(0, item.find('/')); }
+}  // namespace
+
+std::string allowed_upgrade(const http::RequestHead& req, const std::vector<std::string>& allowed, bool& refused) {
+  std::string out;
+  refused = false;
+  if (!req.upgrade) return out;
+  for (const auto& f : req.headers) {
+    if (classify(f.name) != Field::kUpgrade) continue;
+    http::for_each_list_item(f.value, [&](std::string_view item) {
+      if (named_in(allowed, protocol_name(item))) {
+        append_to(out, item);
+      } else {
+        refused = true;
+      }
+      return true;
+    });
+  }
+  return out;
+}
+
+bool upgrade_matches(const http::ResponseHead& resp, std::string_view offered) {
+  const std::string* to = resp.headers.get("upgrade");
+  if (to == nullptr || offered.empty()) return false;
+  bool match = false;
+  http::for_each_list_item(offered, [&](std::string_view item) {
+    match = http::iequals(protocol_name(item), protocol_name(http::trim_ows(*to)));
+    return !match;
+  });
+  return match;
 }
 
 std::string request_id_for(const http::RequestHead& req) {

@@ -7,6 +7,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "config/schema.h"
 #include "http/message.h"
@@ -17,8 +18,20 @@ struct ForwardInfo {
   std::string_view client_ip;
   std::string_view request_id;
   std::string_view proto = "http";
-  bool upgrade = false;  // forwarding an Upgrade request: keep Upgrade + Connection: upgrade
+  // The Upgrade value forwarded (the allowed protocols the client offered, see
+  // allowed_upgrade()); empty: not forwarded as an upgrade.
+  std::string_view upgrade;
 };
+
+// For an Upgrade request (RFC 9110 §7.8): the protocols it offers that `allowed` (lower-case
+// names) lists, joined as an Upgrade value ("websocket"); "" when none is allowed, and then
+// the request goes upstream as plain HTTP/1.1 without Upgrade (h2c never passes unless a
+// route lists it). `refused` is set when the client offered something that was dropped.
+std::string allowed_upgrade(const http::RequestHead& req, const std::vector<std::string>& allowed, bool& refused);
+
+// Whether a 101 response switches to one of the protocols in `offered` (an Upgrade value
+// produced by allowed_upgrade()).
+bool upgrade_matches(const http::ResponseHead& resp, std::string_view offered);
 
 // Removes hop-by-hop fields (and those named by Connection, except fields stealgate owns:
 // Host, Content-Length, X-Forwarded-*, X-Request-Id, Via).

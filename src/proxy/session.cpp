@@ -241,13 +241,51 @@ exec::Task<Handled> handle_request(Gateway& gw, const std::shared_ptr<const Snap
   co_return Handled{fr.client_reusable};
 }
 
+// Answers a request that cannot be served (malformed, too slow, a refused path) and logs
+// it; the connection is closed after it.
+exec::Task<void> refuse_request(Gateway& gw, const Snapshot& snap, const config::ListenerSection& lcfg,
+                                io::TcpStream& client, int status, const std::string& note, const std::string& peer) {
+  LocalReply lr;
+  lr.status = status;
+  lr.close = true;
+  gw.stats().local_replies.fetch_add(1, std::memory_order_relaxed);
+  std::string bytes = render_local_reply(lr);
+  co_await send_local(client, bytes, lcfg);
+  snap.unrouted_stats->count("OTHER", status, 0);
+  if (auto l = log::access()) {
+    if (log::access_json()) {
+      l->info(R"("client":{},"status":{},"note":{}}})", log::json_quote(peer), status, log::json_quote(note));
+    } else {
+      l->info("{} \"-\" {} 0 note=\"{}\"", peer, status, note);
+    }
+  }
+}
+
+// Normalizes the path and authority that routing will see (and the path that goes
+// upstream), by the listener's policy (http/path.h); counts what it did. Returns why the
+// request must be refused (400), or "".
+std::string normalize_request(http::RequestHead& req, const http::PathOptions& opt, ListenerStats& st) {
+  if (opt.policy == http::PathPolicy::kOff || req.path == "*") return {};
+  http::PathResult r = http::normalize_path(req.path, opt);
+  if (r.error != http::PathError::kNone) {
+    st.paths_rejected[static_cast<std::size_t>(r.error)].fetch_add(1, std::memory_order_relaxed);
+    return "path refused: " + std::string(http::path_error_name(r.error));
+  }
+  if (r.changed) st.paths_normalized.fetch_add(1, std::memory_order_relaxed);
+  if (!http::normalize_authority(req.authority)) {
+    st.paths_rejected[static_cast<std::size_t>(http::PathError::kMalformedEncoding)].fetch_add(1, std::memory_order_relaxed);
+    return "host refused: percent-encoded or empty";
+  }
+  return {};
+}
+
 // One request, from its parsed head (or failed read) to the access log; returns whether
 // the connection may serve another. A coroutine of its own so that the per-request state
 // (RequestContext, the error reply, handle_request's frame) exists only while a request
 // is in flight: an idle keep-alive connection keeps just serve_connection's small frame.
 // `lsnap`/`lcfg` are the connection's listener snapshot, moved to the newest one that
 // still has the listener.
-exec::Task<bool> serve_request(Gateway& gw, const ListenerState& ls, const http::HeadRead& hr, io::TcpStream& client,
+exec::Task<bool> serve_request(Gateway& gw, ListenerState& ls, const http::HeadRead& hr, io::TcpStream& client,
                                http::MessageReader& reader, const std::string& peer, const std::string& peer_ip,
                                std::shared_ptr<const Snapshot>& lsnap, const config::ListenerSection*& lcfg) {
   RequestContext ctx;
@@ -265,23 +303,13 @@ exec::Task<bool> serve_request(Gateway& gw, const ListenerState& ls, const http:
     if (hr.status == http::ReadStatus::kParseError) status = reader.parser().error_status();
     if (hr.status == http::ReadStatus::kTimeout && hr.partial) status = 408;  // slowloris
     if (status != 0) {
-      LocalReply lr;
-      lr.status = status;
-      lr.close = true;
-      ctx.status = status;
       ctx.note = status == 408 ? "request header timeout" : reader.parser().error_detail();
-      gw.stats().local_replies.fetch_add(1, std::memory_order_relaxed);
-      std::string bytes = render_local_reply(lr);
-      co_await send_local(client, bytes, *lcfg);
-      snap->unrouted_stats->count("OTHER", status, 0);
-      if (auto l = log::access()) {
-        if (log::access_json()) {
-          l->info(R"("client":{},"status":{},"note":{}}})", log::json_quote(peer), status, log::json_quote(ctx.note));
-        } else {
-          l->info("{} \"-\" {} 0 note=\"{}\"", peer, status, ctx.note);
-        }
-      }
+      co_await refuse_request(gw, *snap, *lcfg, client, status, ctx.note, peer);
     }
+    co_return false;
+  }
+  if (std::string why = normalize_request(reader.parser().request(), lcfg->path, ls.stats); !why.empty()) {
+    co_await refuse_request(gw, *snap, *lcfg, client, 400, why, peer);
     co_return false;
   }
 

@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "common/latency_histogram.h"
+#include "http/path.h"
 
 namespace sg::proxy {
 
@@ -32,6 +33,10 @@ struct ListenerStats {
   std::atomic<int64_t> connections_active{0};
   std::atomic<uint64_t> rejected_max_connections{0};
   std::atomic<uint64_t> accept_errors{0};
+  // Request paths rewritten by normalization, and requests refused for their path (or
+  // Host), by http::PathError.
+  std::atomic<uint64_t> paths_normalized{0};
+  std::array<std::atomic<uint64_t>, http::kPathErrorCount> paths_rejected{};
 };
 
 enum class RejectReason : uint8_t { kQueueFull = 0, kQueueTimeout = 1, kShed = 2 };
@@ -56,6 +61,10 @@ struct GatewayStats {
   std::atomic<uint64_t> upstream_requests{0};
   std::atomic<uint64_t> upstream_connect_errors{0};
   std::atomic<uint64_t> upstream_timeouts{0};
+  // Upgrade requests whose protocol the route does not allow (forwarded without Upgrade),
+  // and 101 responses for a protocol that was not offered (answered 502).
+  std::atomic<uint64_t> upgrades_refused{0};
+  std::atomic<uint64_t> upgrades_unexpected{0};
   AdmissionStats admission;
 };
 

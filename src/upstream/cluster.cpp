@@ -75,7 +75,9 @@ Result<std::shared_ptr<Cluster>> Cluster::build(const config::ClusterSection& cf
 
 Endpoint* Cluster::pick(const PickContext& ctx, int* index) {
   int64_t now = steady_now_ms();
-  int i = lb_->pick(ctx, [&](int k) { return endpoints_[static_cast<std::size_t>(k)]->available(now); });
+  int i = lb_->pick(ctx, [&](int k) {
+    return (ctx.avoid & endpoint_bit(k)) == 0 && endpoints_[static_cast<std::size_t>(k)]->available(now);
+  });
   if (i < 0) {
     stats_->no_healthy_endpoint.fetch_add(1, std::memory_order_relaxed);
     return nullptr;
@@ -103,6 +105,14 @@ void Cluster::record_failure(Endpoint& e) {
   ms = std::min<int64_t>(ms, od.max_ejection_time.count());
   e.ejected_until_ms.store(now + ms, std::memory_order_relaxed);
   e.consecutive_failures.store(0, std::memory_order_relaxed);
+}
+
+bool Cluster::has_available(uint64_t avoid) const {
+  int64_t now = steady_now_ms();
+  for (std::size_t i = 0; i < endpoints_.size(); ++i) {
+    if ((avoid & endpoint_bit(static_cast<int>(i))) == 0 && endpoints_[i]->available(now)) return true;
+  }
+  return false;
 }
 
 std::size_t Cluster::healthy_count() const {

@@ -46,8 +46,11 @@ class Cluster {
   ClusterStats& stats() { return *stats_; }
 
   // The endpoint for the next request, or nullptr when none is healthy and not ejected.
-  // `ctx.exclude` (an index) is avoided when another endpoint is available.
+  // `ctx.exclude` (an index) is avoided when another endpoint is available; `ctx.avoid`
+  // ones are never picked.
   Endpoint* pick(const PickContext& ctx, int* index = nullptr);
+  // Whether an endpoint outside `avoid` could be picked now.
+  bool has_available(uint64_t avoid) const;
 
   // Passive outlier detection: a 5xx or connect failure counts, any success resets.
   void record_success(Endpoint& e);

@@ -18,7 +18,12 @@ namespace sg::upstream {
 struct PickContext {
   uint64_t hash = 0;  // ring_hash key hash (header value or client address)
   int exclude = -1;   // endpoint index to avoid (previous attempt)
+  // Endpoints (bit i = index i, the first 64) never to pick: those a connect failure of this
+  // request already tried. Applied by Cluster::pick as part of "usable".
+  uint64_t avoid = 0;
 };
+
+inline uint64_t endpoint_bit(int i) { return i >= 0 && i < 64 ? uint64_t{1} << i : 0; }
 
 class LoadBalancer {
  public:

@@ -149,3 +149,86 @@ TEST(ConfigLoader, MissingFileIsAnError) {
 
 }  // namespace
 }  // namespace sg::config
+
+namespace sg::config {
+namespace {
+
+TEST(ConfigLoader, PathPolicyAndUpgradesAreReadAndPrinted) {
+  LoadResult r = load_string(R"(listeners:
+  - name: public
+    address: 127.0.0.1:8080
+    path_normalization: reject
+    escaped_slashes: decode
+    backslashes: reject
+clusters:
+  - name: api
+    endpoints: [127.0.0.1:9000]
+routes:
+  - name: ws
+    match: { path_prefix: /ws }
+    cluster: api
+    upgrades: [WebSocket, h2c]
+  - name: rest
+    cluster: api
+)", "a.yaml");
+  ASSERT_TRUE(r.ok()) << r.error_text();
+  const Config& c = *r.config;
+  EXPECT_EQ(c.listeners[0].path.policy, http::PathPolicy::kReject);
+  EXPECT_EQ(c.listeners[0].path.escaped_slashes, http::SlashPolicy::kDecode);
+  EXPECT_EQ(c.listeners[0].path.backslashes, http::SlashPolicy::kReject);
+  EXPECT_EQ(c.routes[0].upgrades, (std::vector<std::string>{"websocket", "h2c"}));
+  EXPECT_EQ(c.routes[1].upgrades, (std::vector<std::string>{"websocket"}));  // the default
+  std::string printed = to_yaml(c);
+  EXPECT_NE(printed.find("path_normalization: reject"), std::string::npos) << printed;
+  EXPECT_NE(printed.find("escaped_slashes: decode"), std::string::npos);
+  EXPECT_NE(printed.find("upgrades: [websocket, h2c]"), std::string::npos);
+  LoadResult again = load_string(printed, "printed.yaml");
+  ASSERT_TRUE(again.ok()) << again.error_text();
+  EXPECT_EQ(again.config->listeners[0].path.backslashes, http::SlashPolicy::kReject);
+}
+
+TEST(ConfigLoader, DefaultsForPathsAndLimitsAreNginxWide) {
+  LoadResult r = load_string(kValid, "a.yaml");
+  ASSERT_TRUE(r.ok());
+  const ListenerSection& l = r.config->listeners[0];
+  EXPECT_EQ(l.path.policy, http::PathPolicy::kNormalize);
+  EXPECT_EQ(l.path.escaped_slashes, http::SlashPolicy::kKeep);
+  EXPECT_EQ(l.path.backslashes, http::SlashPolicy::kKeep);
+  EXPECT_GE(l.max_target_bytes, 8u * 1024 + 64);
+  EXPECT_GE(l.max_headers, 200u);
+}
+
+TEST(ConfigLoader, BadPathPolicyAndMatchersThatCouldNeverMatch) {
+  std::string e = errors_of(R"(listeners:
+  - address: 127.0.0.1:8080
+    path_normalization: normalise
+    escaped_slashes: yes
+routes:
+  - name: a
+    match: { path_prefix: /internal/../admin }
+    direct_response: { status: 403 }
+  - name: b
+    match: { path: "/x//y" }
+    direct_response: { status: 403 }
+  - name: c
+    match: { path_prefix: "/%2e%2e/x" }
+    direct_response: { status: 403 }
+  - name: d
+    direct_response: { status: 200 }
+    upgrades: ["web socket"]
+)");
+  EXPECT_NE(e.find("stealgate.yaml:3:25: listeners[0].path_normalization: expected normalize | reject | off, "
+                   "got \"normalise\""), std::string::npos) << e;
+  EXPECT_NE(e.find("listeners[0].escaped_slashes: expected keep | reject | decode"), std::string::npos) << e;
+  EXPECT_NE(e.find("stealgate.yaml:7:27: routes[0].match.path_prefix: \"/internal/../admin\" is not a normalized "
+                   "path and would never match (requests are matched after normalization; write \"/admin\")"),
+            std::string::npos) << e;
+  EXPECT_NE(e.find("routes[1].match.path: \"/x//y\" is not a normalized path"), std::string::npos) << e;
+  EXPECT_NE(e.find("write \"/x/y\""), std::string::npos) << e;
+  EXPECT_NE(e.find("routes[2].match.path_prefix: \"/%2e%2e/x\" is not a normalized path and would never match "
+                   "(requests are matched after normalization)"), std::string::npos) << e;
+  EXPECT_NE(e.find("routes[3].upgrades: \"web socket\" is not a protocol name"), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace sg::config

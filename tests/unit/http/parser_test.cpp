@@ -26,7 +26,7 @@ Parsed parse_request(const std::string& wire, std::size_t step = 1 << 20, Parser
     std::size_t n = std::min(step, wire.size() - off);
     std::size_t used = 0;
     while (used < n) {
-      ParseResult r = p.feed(wire.data() + off + used, n - used);
+      ParseResult r = p.feed(std::string_view(wire.data() + off + used, n - used));
       for (auto v : p.body()) out.body.append(v);
       used += r.consumed;
       out.last = r.event;
@@ -214,7 +214,7 @@ Parsed parse_response(const std::string& wire, bool head = false, bool eof = fal
     ParseResult r;
     if (off < wire.size() || out.last == ParseEvent::kHeadDone) {
       // After a head, feed again even with no bytes left: a bodiless message completes.
-      r = p.feed(wire.data() + off, wire.size() - off);
+      r = p.feed(std::string_view(wire.data() + off, wire.size() - off));
     } else if (eof) {
       r = p.finish();
       eof = false;
