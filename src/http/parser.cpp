@@ -234,6 +234,8 @@ int Parser::finish_request_head() {
     }
     r.upgrade = r.headers.contains("upgrade") && r.headers.has_token("connection", "upgrade");
   }
+  // An Upgrade on an HTTP/1.0 request is ignored (RFC 9110 §7.8): llhttp must not switch.
+  if (!r.upgrade) parser_.upgrade = parser_.method == HTTP_CONNECT;
   return 0;
 }
 

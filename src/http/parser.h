@@ -73,6 +73,14 @@ class Parser {
   bool in_message() const { return in_message_; }
   bool head_done() const { return head_done_; }
 
+  // After kHeadDone of an Upgrade request that will not be switched (the route does not
+  // allow the protocol, or the upstream answered with a final response): the connection
+  // carries on as HTTP/1.1, so llhttp must not treat what follows as another protocol.
+  void refuse_upgrade() {
+    req_.upgrade = false;
+    parser_.upgrade = 0;
+  }
+
   // For responses: the next response answers a HEAD request (no body, whatever it says).
   void expect_no_body(bool v) { no_body_ = v; }
 

@@ -188,6 +188,7 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
   bool upgrade_refused = false;
   const std::string upgrade = allowed_upgrade(req, rcfg.upgrades, upgrade_refused);
   if (upgrade_refused) gs.upgrades_refused.fetch_add(1, std::memory_order_relaxed);
+  if (upgrade.empty()) down.reader.parser().refuse_upgrade();
   ForwardInfo info{ctx.client_ip, ctx.request_id, "http", upgrade};
   std::string head_bytes;
   append_upstream_request_head(head_bytes, req, rewritten_target(req, rcfg), &rcfg, info);
@@ -517,6 +518,8 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
 
     {
       http::ResponseHead& resp = up_reader.parser().response();
+      // A final response to an Upgrade request: no switch, the client connection stays HTTP.
+      if (!upgraded) down.reader.parser().refuse_upgrade();
       // 5xx retries (idempotent, bodiless requests only: a streamed body is gone).
       if (resp.status >= 500 && idempotent && !has_body) {
         bool gw_err = resp.status == 502 || resp.status == 503 || resp.status == 504;

@@ -29,7 +29,7 @@ CASES = [
     ("duplicate Host", "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400),
     ("HTTP/2.0 version", f"GET / HTTP/2.0\r\n{H}\r\n", 505),
     ("malformed version", f"GET / HTTP/1.x\r\n{H}\r\n", 400),
-    ("long target", "GET /" + "a" * 9000 + f" HTTP/1.1\r\n{H}\r\n", 414),
+    ("long target", "GET /" + "a" * (16 * 1024 + 1) + f" HTTP/1.1\r\n{H}\r\n", 414),
     ("huge header", f"GET / HTTP/1.1\r\n{H}X-Big: " + "b" * 40000 + "\r\n\r\n", 431),
     ("unknown method", f"BREW / HTTP/1.1\r\n{H}\r\n", 501),
     ("CONNECT", f"CONNECT example.com:443 HTTP/1.1\r\n{H}\r\n", 501),

@@ -191,6 +191,20 @@ def handle(conn, req, conn_id):
             if not data:
                 return False
             s.sendall(b"echo:" + data)
+    if path == "/h2c":
+        # An upstream that speaks h2c: it switches whenever it is asked to (the smuggling
+        # vector when a proxy forwards Upgrade: h2c).
+        if "h2c" in ",".join(req["hmap"].get("upgrade", [])).lower():
+            s.sendall(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n")
+            return False
+        respond(s, 200, b"plain http/1.1", [("X-Upstream", NAME)])
+        return True
+    if path.startswith("/always-101"):
+        # Switches protocols whether or not it was asked (to ?to=, default websocket).
+        proto = params.get("to", "websocket")
+        s.sendall(f"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: {proto}\r\n\r\n".encode())
+        time.sleep(0.2)
+        return False
     if path == "/reject-continue":
         respond(s, 417, b"no thanks\n")
         return False

@@ -1,0 +1,373 @@
+"""Hostile input through the real binary: access rules that hold against every spelling of
+the path or host they guard (origin-form and absolute-form), path policies, upgrades that
+are allowed (and h2c that is not), HTAB as OWS in framing fields, the default limits, and
+connect failures that cost nothing by default."""
+import os
+import re
+import socket
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import Client, Stealgate, Upstream, config, main  # noqa: E402
+
+DENY_ROUTES = """  - name: deny-internal
+    match: { path_prefix: /internal }
+    direct_response: { status: 403, body: "denied" }
+  - name: deny-admin-host
+    match: { host: admin.example.com }
+    direct_response: { status: 403, body: "denied host" }
+  - name: app
+    match: { path_prefix: / }
+    cluster: app
+"""
+
+# Spellings of /internal/... that common upstream frameworks resolve to /internal/...:
+# each must be refused (403 by the deny route, or 400) and never reach the upstream.
+PATH_SPELLINGS = [
+    "/internal", "/internal/", "/internal/secret", "//internal/secret", "///internal", "/internal//secret",
+    "/./internal/secret", "/././internal", "/a/../internal/secret", "/a/b/../../internal", "/public/../internal",
+    "/%69nternal/secret", "/%69%6E%74%65%72%6E%61%6C", "/%69%6e%74%65%72%6e%61%6c/secret", "/inter%6eal",
+    "/%2e/internal", "/%2E/internal", "/public/%2e%2e/internal", "/public/%2E%2E/internal", "/public/.%2e/internal",
+    "/public/%2e./internal", "/public/%2e%2e//internal", "//public//..//internal", "/public/x/../../internal",
+    "/internal/./secret", "/internal/%2e/secret", "/internal%2fsecret", "/internal%2Fsecret", "/internal/secret/..",
+    "/%2e%2e/internal", "/../internal", "/public/../../internal",
+]
+
+
+def raw(port, request, read_timeout=5):
+    """Sends one raw request on a new connection, returns (status, response bytes)."""
+    c = Client(port, timeout=read_timeout)
+    try:
+        c.send(request)
+        r = c.read_response()
+        return r.status, r
+    finally:
+        c.close()
+
+
+def get(port, target, host="test.local", extra=""):
+    return raw(port, f"GET {target} HTTP/1.1\r\nHost: {host}\r\n{extra}Connection: close\r\n\r\n")
+
+
+class DenyRouteSpellingsTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.up = Upstream("app")
+        cls.sg = Stealgate(config(clusters=f"  - name: app\n    endpoints: [{cls.up.address}]\n", routes=DENY_ROUTES))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.sg.stop()
+        cls.up.stop()
+
+    def setUp(self):
+        self.up.clear_log()
+
+    def assert_upstream_saw_nothing(self, what):
+        seen = [e["target"] for e in self.up.log()]
+        self.assertEqual(seen, [], f"{what} reached the upstream")
+
+    def test_origin_form_spellings_never_reach_the_upstream(self):
+        for target in PATH_SPELLINGS:
+            status, _ = get(self.sg.port, target)
+            self.assertIn(status, (400, 403), target)
+        self.assert_upstream_saw_nothing("a spelling of /internal")
+
+    def test_absolute_form_spellings_never_reach_the_upstream(self):
+        for target in PATH_SPELLINGS:
+            for prefix in ("http://test.local", "HTTP://Test.Local:80", "http://other.example"):
+                status, _ = get(self.sg.port, prefix + target, host="ignored.example")
+                self.assertIn(status, (400, 403), prefix + target)
+        self.assert_upstream_saw_nothing("an absolute-form spelling of /internal")
+
+    def test_host_spellings_never_reach_the_upstream(self):
+        for host in ("admin.example.com", "ADMIN.example.COM", "admin.example.com.", "admin.example.com.:80",
+                     "Admin.Example.Com..", "admin.example.com:8080"):
+            status, _ = get(self.sg.port, "/app", host=host)
+            self.assertEqual(status, 403, host)
+        for authority in ("http://admin.example.com.", "http://ADMIN.EXAMPLE.COM:80", "http://admin.example.com./x"):
+            target = authority if authority.count("/") > 2 else authority + "/app"
+            status, _ = get(self.sg.port, target, host="test.local")
+            self.assertEqual(status, 403, authority)
+        status, _ = get(self.sg.port, "/app", host="%61dmin.example.com")
+        self.assertEqual(status, 400)
+        self.assert_upstream_saw_nothing("a spelling of the denied host")
+
+    def test_the_normalized_path_goes_upstream_with_the_query_untouched(self):
+        status, _ = get(self.sg.port, "/api/../app//x/./%7Ey/%2e/z%3f?q=%2e%2e/../a//b")
+        self.assertEqual(status, 200)
+        self.assertEqual([e["target"] for e in self.up.log()], ["/app/x/~y/z%3F?q=%2e%2e/../a//b"])
+
+    def test_lookalikes_that_are_not_the_path_still_pass(self):
+        # An encoded '%' is data, and an encoded slash is kept (never a separator) by default.
+        for target, upstream_sees in (("/public/internal", "/public/internal"),
+                                      ("/%252e%252e/internal", "/%252e%252e/internal"),
+                                      ("/public/..%2finternal", "/public/..%2Finternal")):
+            self.up.clear_log()
+            self.assertEqual(get(self.sg.port, target)[0], 200, target)
+            self.assertEqual([e["target"] for e in self.up.log()], [upstream_sees])
+
+    def test_refusals_and_rewrites_are_counted(self):
+        before_norm = self.sg.metric("stealgate_http_paths_normalized_total", listener="public")
+        before_root = self.sg.metric("stealgate_http_paths_rejected_total", listener="public", reason="above_root")
+        before_enc = self.sg.metric("stealgate_http_paths_rejected_total", listener="public",
+                                    reason="malformed_encoding")
+        self.assertEqual(get(self.sg.port, "/a//b")[0], 200)
+        self.assertEqual(get(self.sg.port, "/../x")[0], 400)
+        self.assertEqual(get(self.sg.port, "/a%zz")[0], 400)
+        self.assertEqual(get(self.sg.port, "/a%00b")[0], 400)
+        self.assertEqual(self.sg.metric("stealgate_http_paths_normalized_total", listener="public"), before_norm + 1)
+        self.assertEqual(self.sg.metric("stealgate_http_paths_rejected_total", listener="public",
+                                        reason="above_root"), before_root + 1)
+        self.assertEqual(self.sg.metric("stealgate_http_paths_rejected_total", listener="public",
+                                        reason="malformed_encoding"), before_enc + 1)
+        self.assertGreaterEqual(self.sg.metric("stealgate_http_paths_rejected_total", listener="public",
+                                               reason="nul"), 1)
+
+
+class PathPolicyTest(unittest.TestCase):
+    """One listener per policy, each in front of the same deny route and upstream."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.up = Upstream("app")
+        listeners = "".join(
+            f"  - name: {name}\n    address: 127.0.0.1:0\n{opts}" for name, opts in (
+                ("strict", "    path_normalization: reject\n"),
+                ("slash-reject", "    escaped_slashes: reject\n    backslashes: reject\n"),
+                ("slash-decode", "    escaped_slashes: decode\n    backslashes: decode\n"),
+                ("off", "    path_normalization: off\n"),
+            ))
+        cls.sg = Stealgate(config(listeners=listeners, clusters=f"  - name: app\n    endpoints: [{cls.up.address}]\n",
+                                  routes=DENY_ROUTES))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.sg.stop()
+        cls.up.stop()
+
+    def setUp(self):
+        self.up.clear_log()
+
+    def status(self, listener, target):
+        return get(self.sg.ports[listener], target)[0]
+
+    def test_reject_answers_400_to_any_path_that_is_not_normal(self):
+        for target in ("/a//b", "/a/./b", "/a/../b", "/%61", "/a%3fb", "/internal/../app"):
+            self.assertEqual(self.status("strict", target), 400, target)
+        self.assertEqual(self.status("strict", "/a/b%3F"), 200)
+        self.assertEqual(self.status("strict", "/internal/x"), 403)
+        self.assertEqual([e["target"] for e in self.up.log()], ["/a/b%3F"])
+
+    def test_escaped_slashes_and_backslashes_rejected(self):
+        for target in ("/a%2fb", "/a%2Fb", "/a%5cb", "/public/..%2finternal", "/a\\b"):
+            self.assertEqual(self.status("slash-reject", target), 400, target)
+        self.assertEqual(self.up.log(), [])
+
+    def test_escaped_slashes_and_backslashes_decoded_as_separators(self):
+        for target in ("/public%2f..%2finternal", "/public%2F%2E%2E%2Finternal/x", "/public\\..\\internal",
+                       "/public%5c..%5cinternal"):
+            self.assertEqual(self.status("slash-decode", target), 403, target)
+        self.assertEqual(self.status("slash-decode", "/a%2Fb\\c"), 200)
+        self.assertEqual([e["target"] for e in self.up.log()], ["/a/b/c"])
+
+    def test_off_routes_on_the_path_as_received(self):
+        # Documented as unsafe behind access rules: this is exactly the bypass it allows.
+        self.assertEqual(self.status("off", "/a/../internal/x"), 200)
+        self.assertEqual([e["target"] for e in self.up.log()], ["/a/../internal/x"])
+
+
+class UpgradeTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.up = Upstream("app")
+        routes = """  - name: h2c-allowed
+    match: { path_prefix: /h2c-ok }
+    cluster: app
+    rewrite: { path: /h2c }
+    upgrades: [h2c]
+  - name: no-upgrades
+    match: { path_prefix: /none }
+    cluster: app
+    rewrite: { path: /ws }
+    upgrades: []
+  - name: app
+    match: { path_prefix: / }
+    cluster: app
+"""
+        cls.sg = Stealgate(config(clusters=f"  - name: app\n    endpoints: [{cls.up.address}]\n", routes=routes))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.sg.stop()
+        cls.up.stop()
+
+    def setUp(self):
+        self.up.clear_log()
+
+    H2C = ("Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"
+           "HTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n")
+
+    def headers_seen(self):
+        log = self.up.log()
+        self.assertEqual(len(log), 1)
+        return {k.lower(): v for k, v in log[0]["headers"]}
+
+    def test_h2c_reaches_the_upstream_as_plain_http(self):
+        before = self.sg.metric("stealgate_http_upgrades_refused_total", reason="not_allowed")
+        c = Client(self.sg.port)
+        c.send(f"GET /h2c HTTP/1.1\r\nHost: test.local\r\n{self.H2C}\r\n")
+        r = c.read_response()
+        self.assertEqual(r.status, 200)
+        self.assertEqual(r.body, b"plain http/1.1")
+        seen = self.headers_seen()
+        for gone in ("upgrade", "http2-settings", "connection"):
+            self.assertNotIn(gone, seen)
+        # The connection is still HTTP/1.1 under stealgate's control: a second request works.
+        self.assertEqual(c.request("GET", "/h2c").status, 200)
+        c.close()
+        self.assertEqual(self.sg.metric("stealgate_http_upgrades_refused_total", reason="not_allowed"), before + 1)
+
+    def test_a_route_that_lists_h2c_forwards_it(self):
+        c = Client(self.sg.port)
+        c.send(f"GET /h2c-ok HTTP/1.1\r\nHost: test.local\r\n{self.H2C}\r\n")
+        r = c.read_response()
+        self.assertEqual(r.status, 101)
+        self.assertEqual(r.header("upgrade"), "h2c")
+        self.assertEqual(self.headers_seen().get("upgrade"), "h2c")
+        c.close()
+
+    def test_websocket_still_tunnels_and_only_allowed_protocols_are_offered(self):
+        c = Client(self.sg.port)
+        c.send(b"GET /ws HTTP/1.1\r\nHost: h\r\nConnection: Upgrade\r\nUpgrade: websocket, h2c\r\n\r\n")
+        r = c.read_response()
+        self.assertEqual(r.status, 101)
+        self.assertEqual(r.header("upgrade"), "websocket")
+        self.assertEqual(self.headers_seen().get("upgrade"), "websocket")
+        c.send(b"ping")
+        c.sock.settimeout(5)
+        got = c.buf
+        while b"echo:ping" not in got:
+            got += c.sock.recv(100)
+        c.close()
+
+    def test_an_upgrade_the_upstream_declines_leaves_the_connection_http(self):
+        c = Client(self.sg.port)
+        c.send(b"GET /h2c HTTP/1.1\r\nHost: h\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+        self.assertEqual(c.read_response().status, 200)  # the upstream answered without switching
+        self.assertEqual(c.request("GET", "/h2c").status, 200)
+        c.close()
+
+    def test_an_empty_allow_list_forwards_no_upgrade(self):
+        status, r = raw(self.sg.port, "GET /none HTTP/1.1\r\nHost: h\r\nConnection: Upgrade\r\n"
+                                      "Upgrade: websocket\r\n\r\n")
+        self.assertEqual(status, 400)  # the upstream's "not an upgrade": it never saw Upgrade
+        self.assertNotIn("upgrade", self.headers_seen())
+
+    def test_an_unasked_for_101_is_a_502(self):
+        before = self.sg.metric("stealgate_http_upgrades_refused_total", reason="unexpected_101")
+        self.assertEqual(get(self.sg.port, "/always-101")[0], 502)
+        # Asked for websocket, switched to h2c: not what was offered.
+        status, _ = raw(self.sg.port, "GET /always-101?to=h2c HTTP/1.1\r\nHost: h\r\nConnection: Upgrade\r\n"
+                                      "Upgrade: websocket\r\n\r\n")
+        self.assertEqual(status, 502)
+        # Asked for h2c on a route that does not allow it; the upstream switches anyway.
+        status, _ = raw(self.sg.port, f"GET /always-101?to=h2c HTTP/1.1\r\nHost: h\r\n{self.H2C}\r\n")
+        self.assertEqual(status, 502)
+        self.assertEqual(self.sg.metric("stealgate_http_upgrades_refused_total", reason="unexpected_101"), before + 3)
+
+
+class FramingOwsAndLimitsTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.up = Upstream("app")
+        cls.sg = Stealgate(config(clusters=f"  - name: app\n    endpoints: [{cls.up.address}]\n",
+                                  routes="  - name: app\n    match: { path_prefix: / }\n    cluster: app\n"))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.sg.stop()
+        cls.up.stop()
+
+    def setUp(self):
+        self.up.clear_log()
+
+    def test_htab_around_framing_values_is_ows(self):
+        for cl in ("Content-Length:\t5", "Content-Length: 5\t", "Content-Length:\t5\t", "Content-Length: \t5 \t"):
+            status, _ = raw(self.sg.port, f"POST /echo HTTP/1.1\r\nHost: h\r\n{cl}\r\nConnection: close\r\n\r\nhello")
+            self.assertEqual(status, 200, repr(cl))
+        for te in ("Transfer-Encoding:\tchunked", "Transfer-Encoding: chunked\t", "Transfer-Encoding:\tchunked\t"):
+            status, _ = raw(self.sg.port, f"POST /echo HTTP/1.1\r\nHost: h\r\n{te}\r\nConnection: close\r\n\r\n"
+                                          "5\r\nhello\r\n0\r\n\r\n")
+            self.assertEqual(status, 200, repr(te))
+        self.assertEqual([e["body_len"] for e in self.up.log()], [5] * 7)
+        for conn in ("Connection:\tclose\t", "Connection: keep-alive,\tclose"):
+            c = Client(self.sg.port)
+            c.send(f"GET / HTTP/1.1\r\nHost: h\r\n{conn}\r\n\r\n")
+            self.assertEqual(c.read_response().header("connection"), "close", repr(conn))
+            self.assertTrue(c.closed_by_peer())
+            c.close()
+
+    def test_default_limits_take_what_nginx_and_haproxy_forward(self):
+        usual = "User-Agent: Mozilla/5.0 (X11; Linux x86_64)\r\nAccept: */*\r\nAccept-Language: en\r\n" \
+                "Accept-Encoding: gzip\r\nCookie: session=abc\r\nReferer: http://test.local/\r\n"
+        app = "".join(f"X-App-Field-{i}: value-{i}-{'v' * 40}\r\n" for i in range(110))
+        status, _ = raw(self.sg.port, f"GET /many HTTP/1.1\r\nHost: h\r\n{usual}{app}Connection: close\r\n\r\n")
+        self.assertEqual(status, 200)
+        target = "/long?" + "q" * (8 * 1024 - len("/long?"))
+        status, _ = get(self.sg.port, target)
+        self.assertEqual(status, 200)
+        self.assertEqual([len(e["target"]) for e in self.up.log()][-1], 8 * 1024)
+
+
+class DeadEndpointTest(unittest.TestCase):
+    def test_a_dead_endpoint_costs_nothing_without_retries_configured(self):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"
+        s.close()
+        good = Upstream("good")
+        sg = Stealgate(config(
+            clusters=f"  - name: app\n    endpoints: [{dead}, {good.address}]\n",
+            routes="  - name: app\n    match: { path_prefix: / }\n    cluster: app\n"))
+        try:
+            c = Client(sg.port)
+            statuses = [c.request("POST" if i % 2 else "GET", "/", body=b"x" if i % 2 else b"").status
+                        for i in range(12)]
+            self.assertEqual(statuses, [200] * 12, "a connect failure must go to the other endpoint")
+            retries = sg.metric("stealgate_upstream_retries_total", cluster="app")
+            self.assertGreaterEqual(retries, 4)
+            self.assertEqual(retries, sg.metric("stealgate_upstream_connect_errors_total", cluster="app"))
+            sg.wait_log(r"endpoint=127\.0\.0\.1:\d+ [\d.]+ms attempts=2")
+            self.assertEqual(len(good.log()), 12)
+        finally:
+            sg.stop()
+            good.stop()
+
+    def test_every_endpoint_dead_is_a_502_after_trying_each_once(self):
+        addrs = []
+        socks = []
+        for _ in range(3):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+            addrs.append(f"127.0.0.1:{s.getsockname()[1]}")
+        for s in socks:
+            s.close()
+        sg = Stealgate(config(
+            clusters=f"  - name: app\n    endpoints: [{', '.join(addrs)}]\n"
+                     "    outlier_detection: { consecutive_failures: 0 }\n",
+            routes="  - name: app\n    match: { path_prefix: / }\n    cluster: app\n"))
+        try:
+            status, _ = get(sg.port, "/")
+            self.assertEqual(status, 502)
+            self.assertEqual(sg.metric("stealgate_upstream_connect_errors_total", cluster="app"), 3)
+            sg.wait_log(r"attempts=3")
+        finally:
+            sg.stop()
+
+
+if __name__ == "__main__":
+    main()
