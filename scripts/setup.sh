@@ -11,7 +11,7 @@ packages=(
   libsystemd-dev libgtest-dev libgmock-dev libbenchmark-dev curl
 )
 if [[ "${1:-}" == --test ]]; then
-  packages+=(prometheus systemd)
+  packages+=(prometheus systemd clang-14 libclang-rt-14-dev)
 fi
 
 missing=()

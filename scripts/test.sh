@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
-# Sets everything up and runs every test suite, four builds:
+# Sets everything up and runs every test suite:
 #   1. build-test   (debugoptimized): unit, stress, integration and benchmark smoke tests
 #      build-release (scripts/run.sh's -O3 binary): builds, checks config/*.yaml
-#   2. build-asan   (AddressSanitizer + UndefinedBehaviorSanitizer): every test again
-#   3. build-tsan   (ThreadSanitizer): the concurrency suite (executor, io, stress)
-# Prints "N passed, M failed" last and exits non-zero on any failure.
-#   STEALGATE_TEST_SKIP="asan tsan" scripts/test.sh   # skip sanitizer builds (local iteration)
+#   2. fuzz         (clang, libFuzzer + ASan/UBSan, build-fuzz): every target replays its
+#                   seeds and regressions, then fuzzes for STEALGATE_FUZZ_SECONDS (20) each
+#   3. soak         (release binary): scripts/soak.sh for STEALGATE_SOAK_SECONDS (60)
+#   4. build-asan   (AddressSanitizer + UndefinedBehaviorSanitizer): every test again
+#   5. build-tsan   (ThreadSanitizer): the concurrency suite (executor, io, stress)
+# Every suite is listed in the summary with its counts. A suite that did not run, ran no
+# test, was skipped, or whose log cannot be read is a failure, as is a non-zero exit of
+# meson test. Prints "N passed, M failed" last and exits non-zero on any failure.
+#   STEALGATE_TEST_SKIP="asan tsan fuzz soak" scripts/test.sh   # local iteration only: the
+#   summary names what was skipped, and CI (CI=true) refuses to skip anything.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --test || { echo "0 passed, 1 failed"; exit 1; }
@@ -15,57 +21,102 @@ jobs=$(nproc)
 passed=0
 failed=0
 failures=()
+summary=()
+skipped=()
 
-summarize() {  # build dir, label
-  local log="$1/meson-logs/testlog.json"
-  if [[ ! -f "$log" ]]; then
-    failed=$((failed + 1))
-    failures+=("$2: no test log")
-    return
-  fi
-  local p f name
-  read -r p f < <(python3 - "$log" <<'PY'
+fail() {  # label, why
+  failed=$((failed + 1))
+  failures+=("$1: $2")
+}
+
+# Reads a meson test log: one line per test ("name RESULT"), then "TOTAL ok bad"; a SKIP is
+# bad (nothing may be skipped silently), an unreadable or empty log is one failure.
+summarize() {  # build dir, label, meson exit status
+  local log="$1/meson-logs/testlog.json" label="$2" rc="$3" out
+  if ! out=$(python3 - "$log" <<'PY'
 import json, sys
 ok = bad = 0
 for line in open(sys.argv[1]):
+    line = line.strip()
+    if not line:
+        continue
     r = json.loads(line)
-    if r["result"] in ("OK", "EXPECTEDFAIL"):
-        ok += 1
-    elif r["result"] != "SKIP":
-        bad += 1
-print(ok, bad)
+    good = r["result"] in ("OK", "EXPECTEDFAIL")
+    ok += good
+    bad += not good
+    print(f'{r["name"]} {r["result"]}')
+print(f"TOTAL {ok} {bad}")
 PY
-)
+); then
+    fail "$label" "test log $log missing or unreadable"
+    summary+=("$label: no readable test log")
+    return
+  fi
+  local p f
+  read -r _ p f <<<"$(tail -1 <<<"$out")"
+  if [[ ! "$p" =~ ^[0-9]+$ || ! "$f" =~ ^[0-9]+$ ]]; then
+    fail "$label" "could not count results in $log"
+    return
+  fi
+  local name result
+  while read -r name result; do
+    [[ "$name" == TOTAL ]] && continue
+    summary+=("$label / $name: $result")
+    [[ "$result" == OK || "$result" == EXPECTEDFAIL ]] || failures+=("$label: $name $result")
+  done <<<"$out"
   passed=$((passed + p))
   failed=$((failed + f))
-  while IFS= read -r name; do
-    [[ -n "$name" ]] && failures+=("$2: $name")
-  done < <(python3 -c 'import json,sys
-for l in open(sys.argv[1]):
-    r=json.loads(l)
-    if r["result"] not in ("OK","EXPECTEDFAIL","SKIP"): print(r["name"])' "$log")
-  echo "== $2: $p passed, $f failed"
+  if ((p + f == 0)); then fail "$label" "ran no test"; fi
+  if ((rc != 0 && f == 0)); then fail "$label" "meson test exited with $rc but logged no failure"; fi
+  echo "== $label: $p passed, $f failed"
 }
 
 run_suite() {  # label, build dir, meson setup args, compile targets ("" = all), test args
   local label="$1" dir="$2" setup_args="$3" targets="$4" test_args="$5"
   echo "== $label: configuring $dir"
   if [[ -f "$dir/build.ninja" ]]; then
-    meson setup --reconfigure "$dir" $setup_args >/dev/null || true
+    meson setup --reconfigure "$dir" $setup_args >"$dir.setup.log" 2>&1 || {
+      tail -20 "$dir.setup.log"; fail "$label" "meson setup --reconfigure"; return; }
   else
-    meson setup "$dir" $setup_args >/dev/null || { failed=$((failed + 1)); failures+=("$label: meson setup"); return; }
+    meson setup "$dir" $setup_args >"$dir.setup.log" 2>&1 || {
+      tail -20 "$dir.setup.log"; fail "$label" "meson setup"; return; }
   fi
-  rm -f "$dir/meson-logs/testlog.json"
+  rm -f "$dir.setup.log" "$dir/meson-logs/testlog.json"
   echo "== $label: building"
   if ! ninja -C "$dir" -j "$jobs" $targets >"$dir/build.log" 2>&1; then
     tail -40 "$dir/build.log"
-    failed=$((failed + 1))
-    failures+=("$label: build failed (see $dir/build.log)")
+    fail "$label" "build failed (see $dir/build.log)"
     return
   fi
   echo "== $label: testing"
   meson test -C "$dir" --no-rebuild --print-errorlogs --num-processes "$jobs" $test_args
-  summarize "$dir" "$label"
+  summarize "$dir" "$label" $?
+}
+
+# A step outside meson (fuzz, soak): its command's exit status decides.
+run_step() {  # label, command...
+  local label="$1"
+  shift
+  echo "== $label: $*"
+  if "$@"; then
+    passed=$((passed + 1))
+    summary+=("$label: OK")
+  else
+    fail "$label" "$* failed"
+    summary+=("$label: FAIL")
+  fi
+}
+
+skipping() {  # step name: true if asked to skip it (never in CI)
+  if [[ "$skip" == *" $1 "* ]]; then
+    if [[ "${CI:-}" == true ]]; then
+      fail "$1" "STEALGATE_TEST_SKIP may not skip suites in CI"
+      return 1
+    fi
+    skipped+=("$1")
+    return 0
+  fi
+  return 1
 }
 
 start=$(date +%s)
@@ -76,20 +127,18 @@ run_suite "tests" build-test "--buildtype=debugoptimized" "" ""
 release_check() {
   scripts/build-release.sh || return 1
   local f
-  for f in config/*.yaml; do build-release/src/stealgate --check-config "$f" || return 1; done
+  for f in config/*.yaml tests/bench/*.yaml; do build-release/src/stealgate --check-config "$f" || return 1; done
 }
-echo "== release: building build-release/src/stealgate"
-if release_check >/tmp/stealgate-release-build.log 2>&1; then
-  passed=$((passed + 1))
-  echo "== release: 1 passed, 0 failed"
-else
-  tail -30 /tmp/stealgate-release-build.log
-  failed=$((failed + 1))
-  failures+=("release: build or --check-config of config/*.yaml")
-  echo "== release: 0 passed, 1 failed"
+run_step "release" release_check
+
+if ! skipping fuzz; then
+  run_step "fuzz" scripts/fuzz.sh all "${STEALGATE_FUZZ_SECONDS:-20}"
+fi
+if ! skipping soak; then
+  run_step "soak" scripts/soak.sh --duration "${STEALGATE_SOAK_SECONDS:-60}" --bin build-release/src/stealgate
 fi
 
-if [[ "$skip" != *" asan "* ]]; then
+if ! skipping asan; then
   export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:halt_on_error=1"
   export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
   run_suite "asan+ubsan" build-asan "--buildtype=debugoptimized -Db_sanitize=address,undefined -Db_lundef=false" "" \
@@ -97,7 +146,7 @@ if [[ "$skip" != *" asan "* ]]; then
   unset ASAN_OPTIONS UBSAN_OPTIONS
 fi
 
-if [[ "$skip" != *" tsan "* ]]; then
+if ! skipping tsan; then
   export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
   run_suite "tsan" build-tsan "--buildtype=debugoptimized -Db_sanitize=thread -Dbenchmarks=false" \
     "tests/unit/exec_unit_test tests/unit/io_unit_test tests/unit/proxy_unit_test tests/stress/exec_stress_test" \
@@ -106,7 +155,9 @@ if [[ "$skip" != *" tsan "* ]]; then
 fi
 
 echo
-echo "test run took $(( $(date +%s) - start ))s"
+echo "== summary (test run took $(( $(date +%s) - start ))s)"
+for s in "${summary[@]}"; do echo "  $s"; done
+if ((${#skipped[@]} > 0)); then echo "  skipped on request (STEALGATE_TEST_SKIP): ${skipped[*]}"; fi
 for f in "${failures[@]}"; do echo "FAILED: $f"; done
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -45,6 +45,41 @@ std::string LoadResult::error_text() const {
   return out;
 }
 
+bool is_field_name(std::string_view name) {
+  static constexpr std::string_view kTchar = "!#$%&'*+-.^_`|~";
+  if (name.empty()) return false;
+  for (char c : name) {
+    bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+    if (!alnum && kTchar.find(c) == std::string_view::npos) return false;
+  }
+  return true;
+}
+
+std::string header_field_refusal(std::string_view name, std::string_view value) {
+  for (char c : value) {
+    // field-value is VCHAR / obs-text / SP / HTAB (RFC 9110 §5.5): a control character would
+    // make every message carrying it malformed (and CR/LF would inject fields).
+    const auto u = static_cast<unsigned char>(c);
+    if ((u < 0x20 && c != '\t') || u == 0x7f) return "header value contains a control character (CR, LF, NUL, ...)";
+  }
+  return header_name_refusal(name);
+}
+
+std::string header_name_refusal(std::string_view name) {
+  if (!is_field_name(name)) return "\"" + std::string(name) + "\" is not a header name";
+  // Framing and connection fields are stealgate's to write: a configured one would contradict
+  // the framing it produces (two lengths, a smuggling recipe) or the connection's handling.
+  for (std::string_view own : {"content-length", "transfer-encoding", "connection", "upgrade", "expect", "te", "trailer",
+                               "keep-alive", "proxy-connection", "host"}) {
+    if (name.size() == own.size() &&
+        std::equal(name.begin(), name.end(), own.begin(), [](char a, char b) { return (a | 0x20) == b; })) {
+      return "\"" + std::string(name) + "\" is set by stealgate itself" +
+             (own == "host" ? std::string(" (use rewrite.host)") : std::string());
+    }
+  }
+  return {};
+}
+
 namespace {
 
 const YAML::Node kUndef(YAML::NodeType::Undefined);
@@ -249,6 +284,10 @@ void parse_pairs(Ctx& ctx, const YAML::Node& n, const std::string& path,
   for (auto it = n.begin(); it != n.end(); ++it) {
     std::string k, v;
     if (detail::scalar(ctx, it->first, path, k) && detail::scalar(ctx, it->second, child(path, k), v)) {
+      if (std::string why = header_field_refusal(k, v); !why.empty()) {
+        ctx.error(it->first, child(path, k), why);
+        continue;
+      }
       out.emplace_back(k, v);
     }
   }
@@ -259,6 +298,9 @@ void parse_header_ops(Ctx& ctx, const YAML::Node& n, const std::string& path, He
   parse_pairs(ctx, m.get("add"), m.path("add"), ops.add);
   parse_pairs(ctx, m.get("set"), m.path("set"), ops.set);
   m.read_strings("remove", ops.remove);
+  for (const auto& name : ops.remove) {
+    if (std::string why = header_name_refusal(name); !why.empty()) ctx.error(m.get("remove"), m.path("remove"), why);
+  }
 }
 
 template <class T>

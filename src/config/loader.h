@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "config/schema.h"
@@ -28,6 +29,14 @@ struct LoadResult {
 
 LoadResult load_file(const std::string& path);
 LoadResult load_string(const std::string& yaml, const std::string& name = "<config>");
+
+// Why a configured header field (a route's add/set, a direct response's headers) is
+// refused: not a token name, a control character in the value, or a field stealgate frames or manages
+// itself (Content-Length, Transfer-Encoding, Connection, Upgrade, Expect, Host, ...); "" if fine.
+std::string header_field_refusal(std::string_view name, std::string_view value);
+// The same for a name alone (a route's remove list: removing framing would unframe a body).
+std::string header_name_refusal(std::string_view name);
+bool is_field_name(std::string_view name);
 
 // The effective configuration (defaults resolved) as YAML, for --print-config and the
 // admin /config endpoint.

@@ -14,10 +14,10 @@ void Ctx::error(const YAML::Node& at, const std::string& path, std::string messa
 void Ctx::error(const YAML::Mark& at, const std::string& path, std::string message) {
   ConfigError e;
   e.file = file;
-  if (!at.is_null()) {
-    e.line = at.line + 1;
-    e.column = at.column + 1;
-  }
+  // A problem with no node of its own (an empty file) is placed at the document's start:
+  // every error names file:line:column.
+  e.line = at.is_null() ? 1 : at.line + 1;
+  e.column = at.is_null() ? 1 : at.column + 1;
   e.path = path;
   e.message = std::move(message);
   errors.push_back(std::move(e));

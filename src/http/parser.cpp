@@ -251,7 +251,10 @@ int Parser::finish_response_head() {
   if (parser_.flags & F_CONTENT_LENGTH) r.content_length = parser_.content_length;
   if (no_body) {
     r.body = BodyKind::kNone;
-    if (!r.is_informational()) parser_.flags |= F_SKIPBODY;
+    // Also for 1xx: llhttp would otherwise read an interim response that carries
+    // Transfer-Encoding as a body until close (a 101 that switches still switches: llhttp
+    // checks the upgrade before F_SKIPBODY).
+    parser_.flags |= F_SKIPBODY;
   } else if (parser_.flags & F_CHUNKED) {
     r.body = BodyKind::kChunked;
   } else if (r.headers.contains("transfer-encoding")) {

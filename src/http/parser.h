@@ -133,7 +133,6 @@ class Parser {
   ResponseHead resp_;
   HeaderMap trailers_;
   std::string field_, value_;
-  bool in_value_ = false;
   bool in_trailers_ = false;
   bool in_message_ = false;
   bool head_done_ = false;

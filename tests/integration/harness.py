@@ -34,12 +34,14 @@ def sanitized_binary():
 class Upstream:
     """A tests/integration/upstream.py process."""
 
-    def __init__(self, name="upstream", port=0, delay_ms=0, fail_status=0):
+    def __init__(self, name="upstream", port=0, delay_ms=0, fail_status=0, keep_log=True):
         self.name = name
         self.delay_ms = delay_ms
         self.fail_status = fail_status
+        self.keep_log = keep_log
         self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "upstream.py"), "--port", str(port),
-                                      "--name", name, "--delay-ms", str(delay_ms), "--fail-status", str(fail_status)],
+                                      "--name", name, "--delay-ms", str(delay_ms), "--fail-status", str(fail_status)]
+                                     + ([] if keep_log else ["--no-log"]),
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         line = self.proc.stdout.readline()
         if not line.startswith("PORT "):
@@ -67,7 +69,7 @@ class Upstream:
         self.stop()
         for _ in range(100):
             try:
-                self.__init__(self.name, port, self.delay_ms, self.fail_status)
+                self.__init__(self.name, port, self.delay_ms, self.fail_status, self.keep_log)
                 return
             except RuntimeError:
                 time.sleep(0.05)
@@ -333,4 +335,13 @@ def config(listeners=None, clusters="", routes="", extra="", admin="127.0.0.1:0"
 
 
 def main():
-    unittest.main(argv=[sys.argv[0]] + sys.argv[1:], verbosity=2)
+    """Runs the module's tests. A skipped test is a failure (nothing may be skipped
+    silently: scripts/setup.sh --test installs every tool a test needs), and so is a module
+    that ran no test."""
+    prog = unittest.main(argv=[sys.argv[0]] + sys.argv[1:], verbosity=2, exit=False)
+    result = prog.result
+    for test, why in result.skipped:
+        print(f"SKIPPED, counted as a failure: {test.id()}: {why}", file=sys.stderr)
+    if result.testsRun == 0:
+        print("no test ran", file=sys.stderr)
+    sys.exit(0 if result.wasSuccessful() and not result.skipped and result.testsRun > 0 else 1)

@@ -310,6 +310,14 @@ class FramingOwsAndLimitsTest(unittest.TestCase):
             self.assertTrue(c.closed_by_peer())
             c.close()
 
+    def test_an_http10_request_without_host_goes_upstream_with_an_empty_host(self):
+        # Found by fuzz_header_rules: it went upstream as HTTP/1.1 without Host, which an
+        # upstream must refuse (RFC 9112 §3.2).
+        status, _ = raw(self.sg.port, "GET /v10 HTTP/1.0\r\n\r\n")
+        self.assertEqual(status, 200)
+        headers = self.up.log()[0]["headers"]
+        self.assertEqual([v for k, v in headers if k.lower() == "host"], [""])
+
     def test_default_limits_take_what_nginx_and_haproxy_forward(self):
         usual = "User-Agent: Mozilla/5.0 (X11; Linux x86_64)\r\nAccept: */*\r\nAccept-Language: en\r\n" \
                 "Accept-Encoding: gzip\r\nCookie: session=abc\r\nReferer: http://test.local/\r\n"

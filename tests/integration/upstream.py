@@ -22,6 +22,7 @@ CONN_LOCK = threading.Lock()
 NAME = "upstream"
 DELAY_MS = 0       # --delay-ms: every echo response waits this long
 FAIL_STATUS = 0    # --fail-status: every echo response has this status
+KEEP_LOG = True    # --no-log: record nothing (long soak runs)
 
 
 class Conn:
@@ -111,7 +112,7 @@ def handle(conn, req, conn_id):
     s = conn.sock
     path, _, query = req["target"].partition("?")
     params = dict(p.split("=", 1) for p in query.split("&") if "=" in p)
-    if path != "/__log":
+    if path != "/__log" and KEEP_LOG:
       with LOG_LOCK:
         LOG.append({"method": req["method"], "target": req["target"], "headers": req["headers"],
                     "body_len": len(req["body"] or b""), "trailers": req["trailers"], "conn": conn_id,
@@ -268,13 +269,15 @@ class Server(socketserver.ThreadingTCPServer):
 
 
 def main():
-    global NAME, DELAY_MS, FAIL_STATUS
+    global NAME, DELAY_MS, FAIL_STATUS, KEEP_LOG
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--name", default="upstream")
     ap.add_argument("--delay-ms", type=int, default=0)
     ap.add_argument("--fail-status", type=int, default=0)
+    ap.add_argument("--no-log", action="store_true")
     args = ap.parse_args()
+    KEEP_LOG = not args.no_log
     NAME = args.name
     DELAY_MS = args.delay_ms
     FAIL_STATUS = args.fail_status

@@ -127,7 +127,7 @@ TEST(ConfigLoader, YamlSyntaxErrorHasAPosition) {
 }
 
 TEST(ConfigLoader, EmptyFileAndMissingListener) {
-  EXPECT_EQ(errors_of(""), "stealgate.yaml: the configuration is empty\n");
+  EXPECT_EQ(errors_of(""), "stealgate.yaml:1:1: the configuration is empty\n");
   EXPECT_NE(errors_of("routes: []\n").find("listeners: at least one listener is required"), std::string::npos);
 }
 
@@ -228,6 +228,38 @@ routes:
   EXPECT_NE(e.find("routes[2].match.path_prefix: \"/%2e%2e/x\" is not a normalized path and would never match "
                    "(requests are matched after normalization)"), std::string::npos) << e;
   EXPECT_NE(e.find("routes[3].upgrades: \"web socket\" is not a protocol name"), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace sg::config
+
+namespace sg::config {
+namespace {
+
+TEST(ConfigLoader, ConfiguredHeadersCannotInjectOrReframe) {
+  std::string e = errors_of(R"(listeners:
+  - address: 127.0.0.1:8080
+routes:
+  - name: a
+    direct_response: { status: 200, headers: { "X-A": "a\r\nSet-Cookie: x" } }
+  - name: b
+    direct_response: { status: 200 }
+    response_headers: { set: { Content-Length: "0" }, add: { "Bad Name": x }, remove: ["x y"] }
+  - name: c
+    direct_response: { status: 200 }
+    request_headers: { set: { Transfer-Encoding: chunked, host: other }, remove: [Content-Length] }
+)");
+  EXPECT_NE(e.find("routes[0].direct_response.headers.X-A: header value contains a control character"), std::string::npos) << e;
+  EXPECT_NE(e.find("routes[1].response_headers.set.Content-Length: \"Content-Length\" is set by stealgate itself"),
+            std::string::npos) << e;
+  EXPECT_NE(e.find("routes[1].response_headers.add.Bad Name: \"Bad Name\" is not a header name"), std::string::npos) << e;
+  EXPECT_NE(e.find("routes[1].response_headers.remove: \"x y\" is not a header name"), std::string::npos) << e;
+  EXPECT_NE(e.find("routes[2].request_headers.remove: \"Content-Length\" is set by stealgate itself"),
+            std::string::npos) << e;
+  EXPECT_NE(e.find("routes[2].request_headers.set.Transfer-Encoding: \"Transfer-Encoding\" is set by stealgate"),
+            std::string::npos) << e;
+  EXPECT_NE(e.find("routes[2].request_headers.set.host: \"host\" is set by stealgate itself (use rewrite.host)"),
+            std::string::npos) << e;
 }
 
 }  // namespace

@@ -248,6 +248,12 @@ TEST(ResponseParser, FramingVariants) {
   Parsed cont = parse_response("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nx");
   EXPECT_EQ(cont.messages, 2);
   EXPECT_EQ(cont.body, "x");
+  // Found by fuzz_response: an interim response with Transfer-Encoding has no body either
+  // (llhttp read everything after it, the final response included, as its body until close).
+  Parsed hints = parse_response(
+      "HTTP/1.1 103 Early Hints\r\nTransfer-Encoding: x\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+  EXPECT_EQ(hints.messages, 2);
+  EXPECT_EQ(hints.body, "ok");
 }
 
 TEST(ResponseParser, EmptyFeedsProduceNoBodySpans) {
