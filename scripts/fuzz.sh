@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs libFuzzer targets (tests/fuzz) built with clang, ASan and UBSan in build-fuzz/.
 #   scripts/fuzz.sh TARGET SECONDS     # one target: request response chunked path header_rules config
-#   scripts/fuzz.sh all SECONDS        # every target, two at a time, SECONDS each
+#   scripts/fuzz.sh all SECONDS        # every target, FUZZ_JOBS (2) at a time, SECONDS each
 # Each run first replays the target's seeds (tests/fuzz/seeds.py, made from the tests) and
 # its regressions (tests/fuzz/regressions/TARGET: every crash ever found), then fuzzes with
 # the HTTP dictionary for SECONDS. New interesting inputs go to build-fuzz/corpus/TARGET; a
@@ -51,7 +51,7 @@ if [[ "$want" == all ]]; then
   for t in "${TARGETS[@]}"; do
     run_one "$t" &
     pids+=($!)
-    if ((${#pids[@]} == 2)); then
+    if ((${#pids[@]} == ${FUZZ_JOBS:-2})); then
       for p in "${pids[@]}"; do wait "$p" || failed=1; done
       pids=()
     fi

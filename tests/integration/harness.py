@@ -31,6 +31,20 @@ def sanitized_binary():
     return "libasan" in out
 
 
+# What a sanitizer prints when it finds something (ASan, LSan, UBSan, TSan).
+SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
+                     "WARNING: ThreadSanitizer", "SUMMARY: AddressSanitizer", "SUMMARY: UndefinedBehaviorSanitizer")
+# One factor for every time bound in the integration tests: scripts/test.sh sets it per build
+# (sanitizers slow everything down); 1 in a plain build.
+TIMEOUT_SCALE = float(os.environ.get("STEALGATE_TIMEOUT_SCALE", "1"))
+RUNNING = []  # Stealgate processes not stopped yet
+# The one accepted reason to skip: the test cannot mean anything in this build (an RSS bound
+# under AddressSanitizer). main() reports such skips (and appends them to the file named by
+# $STEALGATE_NOT_APPLICABLE_LOG, which scripts/test.sh prints in its summary); any other
+# skip is a failure.
+NOT_IN_THIS_BUILD = "not in this build: "
+
+
 class Upstream:
     """A tests/integration/upstream.py process."""
 
@@ -90,7 +104,8 @@ class Stealgate:
         full_env = dict(os.environ)
         full_env.update(env or {})
         self.proc = subprocess.Popen([BIN, "--config", self.config_path], stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True, env=full_env)
+                                     stderr=subprocess.STDOUT, text=True, env=full_env, errors="replace")
+        RUNNING.append(self)
         self.reader = threading.Thread(target=self._read_log, daemon=True)
         self.reader.start()
         if wait_ready:
@@ -152,16 +167,23 @@ class Stealgate:
         assert status == 200
         return body.decode()
 
-    def metric(self, name, **labels):
-        """Value of one series, or 0 if absent."""
+    def metric(self, name, default=None, **labels):
+        """Value of the series `name` with `labels`. The metric must be exported (its
+        # TYPE line present), so a renamed metric fails every check on it; a missing label
+        set raises too, unless `default` is given (for counters exported only once non-zero)."""
         text = self.metrics()
+        base = re.sub(r"_(bucket|sum|count)$", "", name)
+        if not re.search(rf"^# TYPE ({re.escape(name)}|{re.escape(base)}) ", text, re.M):
+            raise AssertionError(f"metric {name} is not exported")
         for line in text.splitlines():
             if not line.startswith(name + "{") and not line.startswith(name + " "):
                 continue
             ok = all(f'{k}="{v}"' in line for k, v in labels.items())
             if ok and (line.startswith(name + "{") or not labels):
                 return float(line.rsplit(" ", 1)[1])
-        return 0.0
+        if default is not None:
+            return float(default)
+        raise AssertionError(f"no series {name}{labels} in /metrics")
 
     def reload(self, yaml_text=None):
         if yaml_text is not None:
@@ -172,15 +194,32 @@ class Stealgate:
                                   for l in self.logs()[before:]), 10, "no reload outcome logged")
         return any("configuration reloaded" in l for l in self.logs()[before:])
 
-    def stop(self, sig=signal.SIGTERM, timeout=15):
+    def stop(self, sig=signal.SIGTERM, timeout=15, expect_rc=0):
+        """Stops the process (if it still runs) and checks how it ended: the exit status
+        must be `expect_rc` (None: any) and its output must hold no sanitizer report. Every
+        test's stealgate ends here (main() stops the ones a test left running)."""
+        hung = False
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
             try:
-                self.proc.wait(timeout)
+                self.proc.wait(timeout * TIMEOUT_SCALE)
             except subprocess.TimeoutExpired:
+                hung = True
                 self.proc.kill()
                 self.proc.wait()
-        self.reader.join(2)
+        self.reader.join(5)
+        if self in RUNNING:
+            RUNNING.remove(self)
+        reports = [l for l in self.logs() if any(m in l for m in SANITIZER_MARKERS)]
+        problems = []
+        if hung:
+            problems.append(f"did not exit within {timeout * TIMEOUT_SCALE:.0f}s of {signal.Signals(sig).name}")
+        if expect_rc is not None and self.proc.returncode != expect_rc:
+            problems.append(f"exited with {self.proc.returncode}, expected {expect_rc}")
+        if reports:
+            problems.append("sanitizer report: " + reports[0])
+        if problems:
+            raise AssertionError("stealgate " + "; ".join(problems) + "\n" + "\n".join(self.logs()[-60:]))
         return self.proc.returncode
 
 
@@ -340,8 +379,23 @@ def main():
     that ran no test."""
     prog = unittest.main(argv=[sys.argv[0]] + sys.argv[1:], verbosity=2, exit=False)
     result = prog.result
-    for test, why in result.skipped:
+    leftover_ok = True
+    for sg in list(RUNNING):  # a test that forgot to stop its stealgate: check it all the same
+        try:
+            sg.stop()
+        except AssertionError as e:
+            print(f"stealgate left running by a test: {e}", file=sys.stderr)
+            leftover_ok = False
+    not_applicable = [(t, why) for t, why in result.skipped if why.startswith(NOT_IN_THIS_BUILD)]
+    skipped = [(t, why) for t, why in result.skipped if not why.startswith(NOT_IN_THIS_BUILD)]
+    for test, why in not_applicable:
+        line = f"{test.id()}: {why} ({os.path.basename(BIN)} from {os.path.dirname(os.path.dirname(BIN))})"
+        print(f"NOT APPLICABLE: {line}", file=sys.stderr)
+        if os.environ.get("STEALGATE_NOT_APPLICABLE_LOG"):
+            with open(os.environ["STEALGATE_NOT_APPLICABLE_LOG"], "a") as f:
+                f.write(line + "\n")
+    for test, why in skipped:
         print(f"SKIPPED, counted as a failure: {test.id()}: {why}", file=sys.stderr)
     if result.testsRun == 0:
         print("no test ran", file=sys.stderr)
-    sys.exit(0 if result.wasSuccessful() and not result.skipped and result.testsRun > 0 else 1)
+    sys.exit(0 if result.wasSuccessful() and not skipped and result.testsRun > 0 and leftover_ok else 1)

@@ -59,8 +59,11 @@ class AdminMetricsTest(unittest.TestCase):
         self.assertEqual(request_once(self.sg.admin_port, "POST", "/metrics")[0], 405)
 
     def test_request_counters_by_route_and_class(self):
-        before_app = self.sg.metric("stealgate_http_requests_total", route="app", method="GET", code_class="2xx")
-        before_none = self.sg.metric("stealgate_http_requests_total", route="none", method="GET", code_class="4xx")
+        # Request counters are exported once non-zero.
+        before_app = self.sg.metric("stealgate_http_requests_total", default=0, route="app", method="GET",
+                                    code_class="2xx")
+        before_none = self.sg.metric("stealgate_http_requests_total", default=0, route="none", method="GET",
+                                     code_class="4xx")
         c = Client(self.sg.port)
         for _ in range(7):
             self.assertEqual(c.request("GET", "/app/x").status, 200)

@@ -12,7 +12,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Client, Stealgate, Upstream, config, main, request_once, sanitized_binary  # noqa: E402
+from harness import NOT_IN_THIS_BUILD, Client, Stealgate, Upstream, config, main, request_once, sanitized_binary  # noqa: E402
 
 
 def routes_for(cluster="app", timeout="2s", extra=""):
@@ -222,7 +222,7 @@ class ProxyTest(unittest.TestCase):
             got += c.sock.recv(100)
         self.assertEqual(got, b"echo:again")
 
-    @unittest.skipIf(sanitized_binary(), "RSS is not meaningful under AddressSanitizer")
+    @unittest.skipIf(sanitized_binary(), NOT_IN_THIS_BUILD + "RSS is not meaningful under AddressSanitizer")
     def test_large_body_streams_with_bounded_memory(self):
         # 64 MiB through a client that reads slowly: stealgate must not buffer it.
         rss_kib = self.sg.rss_kib
@@ -373,7 +373,7 @@ class UpstreamFaultTest(unittest.TestCase):
 class IdleConnectionMemoryTest(unittest.TestCase):
     """Idle keep-alive connections must not hold read buffers (nginx keeps ~1 KiB each)."""
 
-    @unittest.skipIf(sanitized_binary(), "RSS is not meaningful under AddressSanitizer")
+    @unittest.skipIf(sanitized_binary(), NOT_IN_THIS_BUILD + "RSS is not meaningful under AddressSanitizer")
     def test_idle_keepalive_connections_are_cheap(self):
         up = Upstream("mem")
         self.addCleanup(up.stop)
