@@ -77,8 +77,14 @@ class MalformedTest(unittest.TestCase):
         self.assertEqual(self.up.log(), [])
 
     def test_valid_request_after_a_bad_connection_still_works(self):
+        bad = Client(self.sg.port)
+        bad.send(b"GET / HTTP/1.1\r\nHost : h\r\n\r\n")
+        self.assertEqual(bad.read_response().status, 400)
+        self.assertTrue(bad.closed_by_peer())
+        bad.close()
         c = Client(self.sg.port)
         self.assertEqual(c.request("GET", "/fine").status, 200)
+        c.close()
 
 
 if __name__ == "__main__":

@@ -85,6 +85,31 @@ class CheckConfigTest(unittest.TestCase):
             f.write(p.stdout)
         self.assertEqual(self.run_bin("-t", os.path.join(d, "printed.yaml")).returncode, 0)
 
+    def test_every_stealgate_config_in_the_repository_is_valid(self):
+        """config/, tests/bench/ and the configuration embedded in the Kubernetes ConfigMap."""
+        found = []
+        for sub in ("config", os.path.join("tests", "bench")):
+            for name in sorted(os.listdir(os.path.join(ROOT, sub))):
+                if name.endswith(".yaml"):
+                    found.append(os.path.join(ROOT, sub, name))
+        with open(os.path.join(ROOT, "deploy", "k8s", "configmap.yaml")) as f:
+            lines = f.read().split("\n")
+        start = lines.index("  stealgate.yaml: |") + 1
+        embedded = []
+        for line in lines[start:]:
+            if line.strip() and not line.startswith("    "):
+                break
+            embedded.append(line[4:])
+        d = tempfile.mkdtemp()
+        k8s = os.path.join(d, "configmap-stealgate.yaml")
+        with open(k8s, "w") as f:
+            f.write("\n".join(embedded))
+        found.append(k8s)
+        self.assertGreaterEqual(len(found), 3)
+        for path in found:
+            r = self.run_bin("--check-config", path)
+            self.assertEqual(r.returncode, 0, f"{path}: {r.stderr}")
+
     def test_invalid_config_names_position_and_field(self):
         d = tempfile.mkdtemp()
         path = os.path.join(d, "bad.yaml")
@@ -207,13 +232,17 @@ class DrainTest(unittest.TestCase):
                               extra="drain_timeout: 60s\n"))
         c = Client(sg.port, timeout=10)
         c.send(b"GET /slow?ms=20000 HTTP/1.1\r\nHost: h\r\n\r\n")
-        time.sleep(0.3)
+        # The request must be in flight (at the upstream) before the signals, or there is
+        # nothing to force.
+        sg.wait_for(lambda: any(e["target"].startswith("/slow") for e in up.log()), 5, "slow request not in flight")
         t0 = time.time()
         sg.proc.send_signal(signal.SIGTERM)
-        time.sleep(0.3)
+        sg.wait_log("draining", 5)
         sg.proc.send_signal(signal.SIGTERM)
         self.assertEqual(sg.proc.wait(10), 0)
-        self.assertLess(time.time() - t0, 5)
+        self.assertLess(time.time() - t0, 5, "the second signal must not wait out drain_timeout (60 s)")
+        self.assertEqual(c.read_to_close(), b"", "the in-flight request cannot have been answered")
+        c.close()
         sg.stop()
         up.stop()
 
