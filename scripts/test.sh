@@ -31,8 +31,8 @@ fail() {  # label, why
 
 # Reads a meson test log: one line per test ("name RESULT"), then "TOTAL ok bad"; a SKIP is
 # bad (nothing may be skipped silently), an unreadable or empty log is one failure.
-summarize() {  # build dir, label, meson exit status
-  local log="$1/meson-logs/testlog.json" label="$2" rc="$3" out
+summarize() {  # build dir, label, meson exit status, log base name
+  local log="$1/meson-logs/${4:-testlog}.json" label="$2" rc="$3" out
   if ! out=$(python3 - "$log" <<'PY'
 import json, sys
 ok = bad = 0
@@ -71,8 +71,11 @@ PY
   echo "== $label: $p passed, $f failed"
 }
 
-run_suite() {  # label, build dir, meson setup args, compile targets ("" = all), test args
-  local label="$1" dir="$2" setup_args="$3" targets="$4" test_args="$5"
+# Configures and builds a build directory, then runs its tests: the stress suite (all
+# cores, CPU-bound) first and on its own, then everything else, so the integration suites'
+# time bounds never compete with it.
+run_suite() {  # label, build dir, meson setup args, compile targets ("" = all), test args, stress test args
+  local label="$1" dir="$2" setup_args="$3" targets="$4" test_args="$5" stress_args="${6:-}"
   echo "== $label: configuring $dir"
   if [[ -f "$dir/build.ninja" ]]; then
     meson setup --reconfigure "$dir" $setup_args >"$dir.setup.log" 2>&1 || {
@@ -81,15 +84,18 @@ run_suite() {  # label, build dir, meson setup args, compile targets ("" = all),
     meson setup "$dir" $setup_args >"$dir.setup.log" 2>&1 || {
       tail -20 "$dir.setup.log"; fail "$label" "meson setup"; return; }
   fi
-  rm -f "$dir.setup.log" "$dir/meson-logs/testlog.json"
+  rm -f "$dir.setup.log" "$dir"/meson-logs/testlog*.json
   echo "== $label: building"
   if ! ninja -C "$dir" -j "$jobs" $targets >"$dir/build.log" 2>&1; then
     tail -40 "$dir/build.log"
     fail "$label" "build failed (see $dir/build.log)"
     return
   fi
-  echo "== $label: testing"
-  meson test -C "$dir" --no-rebuild --print-errorlogs --num-processes "$jobs" $test_args
+  echo "== $label: testing (stress suite alone, then the rest)"
+  meson test -C "$dir" --no-rebuild --print-errorlogs --num-processes "$jobs" $stress_args --suite stress \
+    --logbase testlog-stress
+  summarize "$dir" "$label" $? testlog-stress
+  meson test -C "$dir" --no-rebuild --print-errorlogs --num-processes "$jobs" $test_args --no-suite stress
   summarize "$dir" "$label" $?
 }
 
@@ -148,7 +154,7 @@ if ! skipping asan; then
   export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
   export STEALGATE_TIMEOUT_SCALE=3  # the integration harness's time bounds (tests/integration/harness.py)
   run_suite "asan+ubsan" build-asan "--buildtype=debugoptimized -Db_sanitize=address,undefined -Db_lundef=false" "" \
-    "--timeout-multiplier 3"
+    "--timeout-multiplier 3" "--timeout-multiplier 3"
   unset ASAN_OPTIONS UBSAN_OPTIONS STEALGATE_TIMEOUT_SCALE
 fi
 
@@ -156,7 +162,7 @@ if ! skipping tsan; then
   export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
   run_suite "tsan" build-tsan "--buildtype=debugoptimized -Db_sanitize=thread -Dbenchmarks=false" \
     "tests/unit/exec_unit_test tests/unit/io_unit_test tests/unit/proxy_unit_test tests/stress/exec_stress_test" \
-    "--suite concurrency --timeout-multiplier 4"
+    "--suite concurrency --timeout-multiplier 4" "--timeout-multiplier 4"
   unset TSAN_OPTIONS
 fi
 

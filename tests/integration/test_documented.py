@@ -4,9 +4,11 @@ while a request on it is in flight, send_timeout, the text access log, admin.ena
 runtime keys, ring_hash on the client address, and the order of response header rules."""
 import os
 import re
+import select
 import signal
 import socket
 import sys
+import tempfile
 import threading
 import time
 import unittest
@@ -226,6 +228,43 @@ class LifecycleTest(unittest.TestCase):
             self.assertFalse(any("admin endpoint" in l for l in sg.logs()), sg.logs())
         finally:
             sg.stop()
+
+    def test_a_full_log_queue_drops_lines_and_counts_them(self):
+        # The access log goes to a FIFO whose reader does not read: once the pipe is full the
+        # log thread blocks, the queue (16 lines) fills, and further lines must be dropped
+        # (and counted) while requests go on being served.
+        d = tempfile.mkdtemp()
+        fifo = os.path.join(d, "access.fifo")
+        os.mkfifo(fifo)
+        rfd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        sg = Stealgate(config(routes="  - name: d\n    direct_response: { status: 200, body: ok }\n",
+                              logging=f"queue_size: 16\n  access_log: {{ enabled: true, path: {fifo} }}"))
+        draining = threading.Event()
+
+        def drain():
+            while not draining.is_set() or sg.proc.poll() is None:
+                select.select([rfd], [], [], 0.1)
+                try:
+                    if not os.read(rfd, 1 << 16) and draining.is_set():
+                        time.sleep(0.01)
+                except BlockingIOError:
+                    pass
+                if sg.proc.poll() is not None:
+                    return
+
+        try:
+            c = Client(sg.port)
+            for _ in range(2000):  # ~150 bytes a line: the 64 KiB pipe is full after ~450
+                self.assertEqual(c.request("GET", "/").status, 200)
+            c.close()
+            self.assertGreater(sg.metric("stealgate_log_lines_dropped_total"), 0)
+        finally:
+            draining.set()
+            t = threading.Thread(target=drain, daemon=True)
+            t.start()
+            sg.stop()
+            t.join(5)
+            os.close(rfd)
 
     def test_runtime_keys_from_yaml_take_effect(self):
         sg = Stealgate(config(routes="  - name: d\n    direct_response: { status: 200 }\n").replace(
