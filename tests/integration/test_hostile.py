@@ -51,11 +51,17 @@ def get(port, target, host="test.local", extra=""):
     return raw(port, f"GET {target} HTTP/1.1\r\nHost: {host}\r\n{extra}Connection: close\r\n\r\n")
 
 
-class DenyRouteSpellingsTest(unittest.TestCase):
+class AppCase(unittest.TestCase):
+    """One stealgate (ROUTES, LISTENERS) in front of one upstream "app" per class; the
+    upstream's log is cleared before each test."""
+    ROUTES = DENY_ROUTES
+    LISTENERS = None
+
     @classmethod
     def setUpClass(cls):
         cls.up = Upstream("app")
-        cls.sg = Stealgate(config(clusters=f"  - name: app\n    endpoints: [{cls.up.address}]\n", routes=DENY_ROUTES))
+        cls.sg = Stealgate(config(listeners=cls.LISTENERS, routes=cls.ROUTES,
+                                  clusters=f"  - name: app\n    endpoints: [{cls.up.address}]\n"))
 
     @classmethod
     def tearDownClass(cls):
@@ -65,6 +71,8 @@ class DenyRouteSpellingsTest(unittest.TestCase):
     def setUp(self):
         self.up.clear_log()
 
+
+class DenyRouteSpellingsTest(AppCase):
     def assert_upstream_saw_nothing(self, what):
         seen = [e["target"] for e in self.up.log()]
         self.assertEqual(seen, [], f"{what} reached the upstream")
@@ -127,29 +135,15 @@ class DenyRouteSpellingsTest(unittest.TestCase):
                                                reason="nul"), 1)
 
 
-class PathPolicyTest(unittest.TestCase):
+class PathPolicyTest(AppCase):
     """One listener per policy, each in front of the same deny route and upstream."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.up = Upstream("app")
-        listeners = "".join(
-            f"  - name: {name}\n    address: 127.0.0.1:0\n{opts}" for name, opts in (
-                ("strict", "    path_normalization: reject\n"),
-                ("slash-reject", "    escaped_slashes: reject\n    backslashes: reject\n"),
-                ("slash-decode", "    escaped_slashes: decode\n    backslashes: decode\n"),
-                ("off", "    path_normalization: off\n"),
-            ))
-        cls.sg = Stealgate(config(listeners=listeners, clusters=f"  - name: app\n    endpoints: [{cls.up.address}]\n",
-                                  routes=DENY_ROUTES))
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.sg.stop()
-        cls.up.stop()
-
-    def setUp(self):
-        self.up.clear_log()
+    LISTENERS = "".join(
+        f"  - name: {name}\n    address: 127.0.0.1:0\n{opts}" for name, opts in (
+            ("strict", "    path_normalization: reject\n"),
+            ("slash-reject", "    escaped_slashes: reject\n    backslashes: reject\n"),
+            ("slash-decode", "    escaped_slashes: decode\n    backslashes: decode\n"),
+            ("off", "    path_normalization: off\n"),
+        ))
 
     def status(self, listener, target):
         return get(self.sg.ports[listener], target)[0]
@@ -179,11 +173,8 @@ class PathPolicyTest(unittest.TestCase):
         self.assertEqual([e["target"] for e in self.up.log()], ["/a/../internal/x"])
 
 
-class UpgradeTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.up = Upstream("app")
-        routes = """  - name: h2c-allowed
+class UpgradeTest(AppCase):
+    ROUTES = """  - name: h2c-allowed
     match: { path_prefix: /h2c-ok }
     cluster: app
     rewrite: { path: /h2c }
@@ -197,15 +188,6 @@ class UpgradeTest(unittest.TestCase):
     match: { path_prefix: / }
     cluster: app
 """
-        cls.sg = Stealgate(config(clusters=f"  - name: app\n    endpoints: [{cls.up.address}]\n", routes=routes))
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.sg.stop()
-        cls.up.stop()
-
-    def setUp(self):
-        self.up.clear_log()
 
     H2C = ("Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"
            "HTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n")
@@ -279,20 +261,8 @@ class UpgradeTest(unittest.TestCase):
         self.assertEqual(self.sg.metric("stealgate_http_upgrades_refused_total", reason="unexpected_101"), before + 3)
 
 
-class FramingOwsAndLimitsTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.up = Upstream("app")
-        cls.sg = Stealgate(config(clusters=f"  - name: app\n    endpoints: [{cls.up.address}]\n",
-                                  routes="  - name: app\n    match: { path_prefix: / }\n    cluster: app\n"))
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.sg.stop()
-        cls.up.stop()
-
-    def setUp(self):
-        self.up.clear_log()
+class FramingOwsAndLimitsTest(AppCase):
+    ROUTES = "  - name: app\n    match: { path_prefix: / }\n    cluster: app\n"
 
     def test_htab_around_framing_values_is_ows(self):
         for cl in ("Content-Length:\t5", "Content-Length: 5\t", "Content-Length:\t5\t", "Content-Length: \t5 \t"):
