@@ -72,6 +72,7 @@ PathError remove_dot_segments(std::string_view in, std::string& out) {
     std::size_t j = in.find('/', i);
     if (j == std::string_view::npos) j = in.size();
     const std::string_view seg = in.substr(i, j - i);
+    if (seg.rfind("..;", 0) == 0 || seg.rfind(".;", 0) == 0) return PathError::kDotParameters;
     if (seg.empty() || seg == ".") {
       trailing_slash = true;
     } else if (seg == "..") {
@@ -103,6 +104,7 @@ std::string_view path_error_name(PathError e) {
     case PathError::kBackslash: return "backslash";
     case PathError::kAboveRoot: return "above_root";
     case PathError::kNotNormal: return "not_normal";
+    case PathError::kDotParameters: return "dot_parameters";
   }
   return "unknown";
 }

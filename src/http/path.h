@@ -11,7 +11,8 @@
 //   2. encoded slashes (%2F, %5C) and bare backslashes by the caller's policy: kept as
 //      ordinary characters (never separators), refused, or turned into "/";
 //   3. dot segments removed and empty segments ("//") merged; a ".." above the root is
-//      refused (it can only be an attempt to escape a prefix).
+//      refused (it can only be an attempt to escape a prefix), and so is a dot segment
+//      with parameters ("/public/..;/internal"), which servlet containers resolve as "..".
 // The result is idempotent, has no dot segment and no "//", and is never longer than the
 // input (the fuzz target tests/fuzz/fuzz_path.cpp checks these properties).
 #pragma once
@@ -48,8 +49,10 @@ enum class PathError : uint8_t {
   kBackslash,          // '\' under SlashPolicy::kReject
   kAboveRoot,          // a ".." segment that climbs above "/"
   kNotNormal,          // PathPolicy::kReject and the path would change
+  kDotParameters,      // "..;x" or ".;x": a dot segment with parameters, which Tomcat and
+                       // other servlet containers resolve as ".." / "." (RFC 3986 does not)
 };
-inline constexpr int kPathErrorCount = 7;
+inline constexpr int kPathErrorCount = 8;
 std::string_view path_error_name(PathError e);  // "malformed_encoding", ... (metric labels)
 
 struct PathResult {

@@ -33,6 +33,7 @@ PATH_SPELLINGS = [
     "/public/%2e./internal", "/public/%2e%2e//internal", "//public//..//internal", "/public/x/../../internal",
     "/internal/./secret", "/internal/%2e/secret", "/internal%2fsecret", "/internal%2Fsecret", "/internal/secret/..",
     "/%2e%2e/internal", "/../internal", "/public/../../internal",
+    "/public/..;/internal", "/public/..;x=1/internal", "/.;/internal", "/public/%2e%2e;/internal",  # servlet containers
 ]
 
 

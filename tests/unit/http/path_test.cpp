@@ -93,6 +93,17 @@ TEST(PathTest, PercentEncodingIsNormalized) {
   expect_path("/caf%c3%a9", "/caf%C3%A9");
 }
 
+TEST(PathTest, DotSegmentsWithParametersAreRefused) {
+  // Tomcat resolves "..;x" as "..": /public/..;/internal would reach /internal there.
+  expect_error("/public/..;/internal", PathError::kDotParameters);
+  expect_error("/public/..;jsessionid=1/internal", PathError::kDotParameters);
+  expect_error("/public/%2e%2e;/internal", PathError::kDotParameters);
+  expect_error("/./;/x", PathError::kNone);
+  expect_error("/.;/internal", PathError::kDotParameters);
+  expect_path("/a;b/c", "/a;b/c");  // parameters on ordinary segments are data
+  expect_path("/a/...;x", "/a/...;x");
+}
+
 TEST(PathTest, MalformedEncodingAndNulAreRefused) {
   expect_error("/a%", PathError::kMalformedEncoding);
   expect_error("/a%2", PathError::kMalformedEncoding);
