@@ -439,24 +439,30 @@ bool Parser::lex_head(char* data, std::size_t len) {
         }
         if (c == '\r') {
           lex_ = Lex::kEndCr;  // the empty line that ends the head
-        } else if (c == '\n') {
-          return violation("bare LF line ending");
-        } else {
-          lex_seen_field_line_ = true;
-          field_name_len_ = 0;
-          framing_value_ = false;
-          lex_ = Lex::kFieldName;
-          lex_field_name_char(c);
+          break;
         }
-        break;
-      case Lex::kFieldName:
-        if (c == '\r' || c == '\n') {  // a line without a colon: llhttp refuses it
-          if (c == '\n') return violation("bare LF line ending");
-          lex_ = Lex::kCr;
-        } else {
-          lex_field_name_char(c);
+        if (c == '\n') return violation("bare LF line ending");
+        lex_seen_field_line_ = true;
+        field_name_len_ = 0;
+        framing_value_ = false;
+        lex_ = Lex::kFieldName;
+        [[fallthrough]];
+      case Lex::kFieldName: {
+        // The field name up to its colon, in one go: is it one whose value we fold?
+        const char* p = data + i;
+        const char* q = p;
+        while (q < data + len && *q != ':' && *q != '\r' && *q != '\n') ++q;
+        lex_field_name(std::string_view(p, static_cast<std::size_t>(q - p)), q < data + len && *q == ':');
+        if (q == data + len) {
+          i = len - 1;  // the name continues in the next read
+          break;
         }
+        i = static_cast<std::size_t>(q - data);
+        if (*q == ':') break;  // lex_field_name moved on to kInLine
+        if (*q == '\n') return violation("bare LF line ending");
+        lex_ = Lex::kCr;  // a line without a colon: llhttp refuses it
         break;
+      }
       case Lex::kInLine: {
         // The bulk of a head: skip to the line's end (16 bytes at a time).
         char* q = data + (find_cr_or_lf(data + i, len - i) - data);
@@ -485,17 +491,24 @@ bool Parser::lex_head(char* data, std::size_t len) {
   return true;
 }
 
-void Parser::lex_field_name_char(char c) {
-  if (c == ':') {
-    const std::string_view name(field_name_, std::min(field_name_len_, sizeof(field_name_)));
-    framing_value_ = field_name_len_ <= sizeof(field_name_) && (name == "content-length" || name == "transfer-encoding");
+void Parser::lex_field_name(std::string_view part, bool complete) {
+  auto is_framing = [](std::string_view name) {
+    return (name.size() == 14 && iequals(name, "content-length")) ||
+           (name.size() == 17 && iequals(name, "transfer-encoding"));
+  };
+  if (complete && field_name_len_ == 0) {  // the whole name in one read: no copy
+    framing_value_ = is_framing(part);
     lex_ = Lex::kInLine;
     return;
   }
-  if (field_name_len_ < sizeof(field_name_)) {
-    field_name_[field_name_len_] = (c >= 'A' && c <= 'Z') ? static_cast<char>(c + ('a' - 'A')) : c;
+  // A name split across reads: keep its first bytes (enough for the two names).
+  for (char c : part) {
+    if (field_name_len_ < sizeof(field_name_)) field_name_[field_name_len_] = c;
+    ++field_name_len_;
   }
-  ++field_name_len_;
+  if (!complete) return;
+  framing_value_ = field_name_len_ <= sizeof(field_name_) && is_framing(std::string_view(field_name_, field_name_len_));
+  lex_ = Lex::kInLine;
 }
 
 // "HTTP/" DIGIT "." DIGIT at the end of what we have seen of the start line (§2.3).

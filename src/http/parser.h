@@ -109,7 +109,8 @@ class Parser {
   // Scans head bytes before llhttp sees them, for what llhttp 8 tolerates: bare LF line
   // ends, obs-fold, whitespace before the first field. Returns false on a violation.
   bool lex_head(char* data, std::size_t len);
-  void lex_field_name_char(char c);
+  // The field name seen so far in this read (`complete`: its colon follows).
+  void lex_field_name(std::string_view part, bool complete);
 
   Mode mode_;
   ParserLimits limits_;
@@ -117,7 +118,7 @@ class Parser {
   enum class Lex : uint8_t { kStart, kStartLine, kLineStart, kFieldName, kInLine, kCr, kEndCr, kDone };
   Lex lex_ = Lex::kStart;
   bool lex_seen_field_line_ = false;
-  char field_name_[18] = {};   // the current field name, lower-cased (long enough for ours)
+  char field_name_[18] = {};   // a field name split across reads (long enough for ours)
   std::size_t field_name_len_ = 0;
   bool framing_value_ = false;  // in a Content-Length / Transfer-Encoding value
   char start_line_tail_[8] = {};  // last 8 bytes of the start line, a ring indexed by length % 8

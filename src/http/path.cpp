@@ -93,6 +93,20 @@ PathError remove_dot_segments(std::string_view in, std::string& out) {
   return PathError::kNone;
 }
 
+// True when normalization cannot change `p` (most request paths): no percent-encoding, no
+// NUL, no backslash that the policy touches, no empty segment and no segment starting with
+// '.' (dot segments, with or without parameters, are among those). Such a path is left as it
+// is without the two copying passes.
+bool plainly_normal(std::string_view p, const PathOptions& opt) {
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    const char c = p[i];
+    if (c == '%' || c == '\0') return false;
+    if (c == '\\' && opt.backslashes != SlashPolicy::kKeep) return false;
+    if (c == '/' && i + 1 < p.size() && (p[i + 1] == '/' || p[i + 1] == '.')) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 std::string_view path_error_name(PathError e) {
@@ -111,6 +125,7 @@ std::string_view path_error_name(PathError e) {
 
 PathResult normalize_path(std::string& path, const PathOptions& opt) {
   if (opt.policy == PathPolicy::kOff || path.empty() || path.front() != '/') return {};
+  if (plainly_normal(path, opt)) return {};
   // Per-thread scratch: normalization runs for every request, its buffers stay warm.
   thread_local std::string decoded, normal;
   if (PathError e = decode(path, decoded, opt); e != PathError::kNone) return {e, false};
