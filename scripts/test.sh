@@ -160,10 +160,11 @@ fi
 
 if ! skipping tsan; then
   export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
+  export STEALGATE_TIMEOUT_SCALE=4
   run_suite "tsan" build-tsan "--buildtype=debugoptimized -Db_sanitize=thread -Dbenchmarks=false" \
     "tests/unit/exec_unit_test tests/unit/io_unit_test tests/unit/proxy_unit_test tests/stress/exec_stress_test" \
     "--suite concurrency --timeout-multiplier 4" "--timeout-multiplier 4"
-  unset TSAN_OPTIONS
+  unset TSAN_OPTIONS STEALGATE_TIMEOUT_SCALE
 fi
 
 echo

@@ -15,7 +15,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import BIN, Client, Stealgate, Upstream, config, main, request_once  # noqa: E402
+from harness import TIMEOUT_SCALE, BIN, Client, Stealgate, Upstream, config, main, request_once  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 
@@ -150,13 +150,14 @@ class ReloadTest(unittest.TestCase):
 
     def test_reload_under_load_loses_no_request_and_new_route_is_live(self):
         load = LoadGenerator(self.sg.port, "/steady", clients=4)
-        time.sleep(0.3)
+        self.sg.wait_for(lambda: load.ok >= 20, 5 * TIMEOUT_SCALE, "the load did not start")
         new_route = "  - name: hello\n    match: { path: /hello }\n    direct_response: { status: 200, body: \"new route\\n\" }\n"
         for i in range(5):
             self.assertTrue(self.sg.reload(self.cfg(new_route if i % 2 == 0 else "")))
             time.sleep(0.1)
         self.assertTrue(self.sg.reload(self.cfg(new_route)))
-        time.sleep(0.3)
+        after_last = load.ok
+        self.sg.wait_for(lambda: load.ok >= after_last + 20, 5 * TIMEOUT_SCALE, "the load stopped after the reload")
         ok, failures = load.finish()
         self.assertGreater(ok, 50)
         self.assertEqual(failures, [])
@@ -211,7 +212,9 @@ class DrainTest(unittest.TestCase):
         threads = [threading.Thread(target=slow_request) for _ in range(5)]
         for t in threads:
             t.start()
-        time.sleep(0.3)
+        # All five must be in flight (at the upstream) when the signal comes.
+        sg.wait_for(lambda: sum(e["target"].startswith("/slow") for e in up.log()) == 5, 5 * TIMEOUT_SCALE,
+                    "slow requests not in flight")
         t0 = time.time()
         sg.proc.send_signal(signal.SIGTERM)
         self.assertTrue(idle.closed_by_peer(timeout=2), "idle keep-alive connection not closed on drain")
