@@ -142,7 +142,7 @@ class UpstreamFailuresTest(unittest.TestCase):
     def test_an_ejected_endpoint_returns_after_its_ejection_time(self):
         x, y = Upstream("x", fail_status=500), Upstream("y")
         sg = self.gateway(f"{x.address}, {y.address}", cluster_extra=(
-            "    outlier_detection: { consecutive_failures: 2, base_ejection_time: 1s, max_ejection_percent: 50 }\n"))
+            "    outlier_detection: { consecutive_failures: 2, base_ejection_time: 2s, max_ejection_percent: 50 }\n"))
         try:
             c = Client(sg.port)
             for _ in range(6):
@@ -151,7 +151,7 @@ class UpstreamFailuresTest(unittest.TestCase):
             ejected_at = time.time()
             x.fail_status = 0
             x.restart()  # healthy again, same port
-            while time.time() - ejected_at < 0.8:  # still ejected: everything goes to y
+            while time.time() - ejected_at < 0.8:  # still ejected (for 2 s): everything goes to y
                 self.assertEqual(c.request("GET", "/").header("x-upstream"), "y")
             sg.wait_for(lambda: sg.metric("stealgate_upstream_endpoint_healthy", cluster="app",
                                           endpoint=x.address) == 1, 5, "x never came back")
