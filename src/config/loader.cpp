@@ -414,9 +414,8 @@ void parse_route(Ctx& ctx, const YAML::Node& n, const std::string& path, RouteSe
   m.read_num("max_concurrent_requests", r.max_concurrent_requests, 0, 100'000'000);
   if (m.has("upgrades") && m.read_strings("upgrades", r.upgrades)) {
     for (std::string& u : r.upgrades) {
-      const bool token = !u.empty() && u.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                                           "0123456789!#$%&'*+-.^_`|~") == std::string::npos;
-      if (!token) ctx.error(m.get("upgrades"), m.path("upgrades"), "\"" + u + "\" is not a protocol name");
+      // A protocol name is a token, like a field name (RFC 9110 §7.8).
+      if (!is_field_name(u)) ctx.error(m.get("upgrades"), m.path("upgrades"), "\"" + u + "\" is not a protocol name");
       for (char& c : u) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c + ('a' - 'A') : c);
     }
   }
