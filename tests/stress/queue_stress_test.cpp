@@ -42,7 +42,17 @@ void run_stress(int num_tasks, int thieves) {
   LocalQueue<FakeTask, Cap> owner;
   Stealer<FakeTask, Cap> stealer = owner.stealer();
   std::atomic<bool> done{false};
+  std::atomic<bool> thieves_hold{false};
   std::atomic<int> steals{0};
+  std::atomic<bool> overflowed{false};
+  struct CountingOverflow {
+    LockedOverflow& inner;
+    std::atomic<bool>& flag;
+    void push_batch(FakeTask* first, FakeTask* last, std::size_t n) {
+      inner.push_batch(first, last, n);
+      flag.store(true, std::memory_order_relaxed);
+    }
+  } counting{overflow, overflowed};
 
   auto see = [&](FakeTask* t) { seen[static_cast<std::size_t>(t->id)].fetch_add(1, std::memory_order_relaxed); };
 
@@ -51,6 +61,10 @@ void run_stress(int num_tasks, int thieves) {
     ths.emplace_back([&] {
       LocalQueue<FakeTask, Cap> mine;
       while (!done.load(std::memory_order_acquire) || !stealer.is_empty()) {
+        if (thieves_hold.load(std::memory_order_acquire)) {
+          std::this_thread::yield();
+          continue;
+        }
         if (FakeTask* t = stealer.steal_into(mine)) {
           steals.fetch_add(1, std::memory_order_relaxed);
           see(t);
@@ -62,8 +76,13 @@ void run_stress(int num_tasks, int thieves) {
     });
   }
   for (int i = 0; i < num_tasks; ++i) {
-    owner.push_back_or_overflow(&tasks[static_cast<std::size_t>(i)], overflow);
-    if (i % 3 == 0) {
+    owner.push_back_or_overflow(&tasks[static_cast<std::size_t>(i)], counting);
+    // In the second half the owner stops popping until the queue has overflowed at least
+    // once, so overflow races with the thieves' steals. Two quick thieves can still keep
+    // it from filling; by three quarters they hold off until it has (within 256 pushes).
+    const bool need_overflow = i >= num_tasks / 2 && !overflowed.load(std::memory_order_relaxed);
+    thieves_hold.store(need_overflow && i >= num_tasks * 3 / 4, std::memory_order_release);
+    if (i % 3 == 0 && !need_overflow) {
       if (FakeTask* t = owner.pop()) see(t);
     }
     // Give thieves a chance now and then so steals interleave with pushes and pops.
@@ -77,6 +96,7 @@ void run_stress(int num_tasks, int thieves) {
       }
     }
   }
+  thieves_hold.store(false, std::memory_order_release);
   while (FakeTask* t = owner.pop()) see(t);
   done.store(true, std::memory_order_release);
   for (auto& th : ths) th.join();
