@@ -59,6 +59,12 @@ class Notify {
     }
   }
 
+  // How many tasks are suspended in notified() right now (a snapshot).
+  std::size_t waiter_count() {
+    std::lock_guard lk(mu_);
+    return waiters_.size();
+  }
+
   // Wakes the oldest waiter, or stores a permit if nobody waits (at most one permit).
   void notify_one() {
     uint32_t s = state_.load(std::memory_order_acquire);

@@ -6,6 +6,8 @@
 // with their own `linked` flag).
 #pragma once
 
+#include <cstddef>
+
 namespace sg::exec {
 
 template <class T>
@@ -14,6 +16,7 @@ class WaiterList {
   bool empty() const { return head_ == nullptr; }
   T* front() const { return head_; }
   T* back() const { return tail_; }
+  std::size_t size() const { return size_; }
 
   void push_back(T* w) {
     w->prev = tail_;
@@ -21,6 +24,7 @@ class WaiterList {
     if (tail_ != nullptr) tail_->next = w;
     else head_ = w;
     tail_ = w;
+    ++size_;
   }
 
   T* pop_front() {
@@ -28,6 +32,7 @@ class WaiterList {
     head_ = w->next;
     if (head_ != nullptr) head_->prev = nullptr;
     else tail_ = nullptr;
+    --size_;
     return w;
   }
 
@@ -36,11 +41,13 @@ class WaiterList {
     else head_ = w->next;
     if (w->next != nullptr) w->next->prev = w->prev;
     else tail_ = w->prev;
+    --size_;
   }
 
  private:
   T* head_ = nullptr;
   T* tail_ = nullptr;
+  std::size_t size_ = 0;
 };
 
 }  // namespace sg::exec

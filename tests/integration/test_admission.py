@@ -89,7 +89,7 @@ class QueueTest(GatewayCase):
 
     def test_full_queue_gets_503_with_retry_after_at_once_and_never_reaches_upstream(self):
         gw = self.gateway(limited_config(self.up, route_limit=2, queue=2))
-        busy = [Call(gw.port, f"/slow?ms=1500&id=busy{i}") for i in range(2)]
+        busy = [Call(gw.port, f"/slow?ms=3000&id=busy{i}") for i in range(2)]
         gw.wait_for(lambda: gw.metric("stealgate_admission_in_flight", scope="route") == 2, 5, "2 in flight")
         queued = [Call(gw.port, f"/slow?ms=10&id=queued{i}") for i in range(2)]
         self.wait_queued(gw, 2, scope="route")
@@ -98,7 +98,8 @@ class QueueTest(GatewayCase):
         elapsed = time.monotonic() - t0
         self.assertEqual(status, 503)
         self.assertEqual(dict((k.lower(), v) for k, v in headers).get("retry-after"), "7")
-        self.assertLess(elapsed, 0.5, "a full queue must refuse at once, not after a wait")
+        # (A wait would last until a busy request ends, seconds later; scaled, 1.2 s at most.)
+        self.assertLess(elapsed, 0.4 * TIMEOUT_SCALE, "a full queue must refuse at once, not after a wait")
         for c in busy + queued:
             c.join(10)
         # The queued requests were admitted when the busy ones freed their permits.
@@ -124,7 +125,7 @@ class QueueTest(GatewayCase):
         # A wait ends between 80% and 100% of queue_timeout (jitter, so that requests
         # queued together are not all refused together): 240..300 ms here.
         self.assertGreaterEqual(elapsed, 0.235)
-        self.assertLess(elapsed, 1.5)
+        self.assertLess(elapsed, 0.3 + 0.5 * TIMEOUT_SCALE, "the wait outlasted queue_timeout")  # < 2 s, the busy request
         busy.join(10)
         self.assertEqual(busy.status, 200)
         self.assertNotIn("timedout", upstream_ids(self.up))

@@ -62,7 +62,10 @@ class Blackhole:
             f.setblocking(False)
             f.connect_ex(self.sock.getsockname())
             self.fillers.append(f)
-        time.sleep(0.1)
+        # A filler's handshake completed: the accept queue is full from here on.
+        _, done, _ = select.select([], self.fillers, [], 5)
+        if not done:
+            raise RuntimeError("no filler connection completed its handshake")
 
     def stop(self):
         for f in self.fillers:

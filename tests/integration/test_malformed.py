@@ -3,7 +3,6 @@ the connection is closed, and nothing reaches the upstream (RFC 9112 framing rul
 ../shared/HTTP.md)."""
 import os
 import sys
-import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -51,6 +50,14 @@ class MalformedTest(unittest.TestCase):
         cls.sg.stop()
         cls.up.stop()
 
+    def assert_nothing_forwarded(self, what):
+        # A valid request after the refused ones is a barrier: once its answer is back,
+        # whatever stealgate forwarded before it has reached the upstream's log.
+        c = Client(self.sg.port)
+        self.assertEqual(c.request("GET", "/barrier").status, 200)
+        c.close()
+        self.assertEqual([e["target"] for e in self.up.log()], ["/barrier"], what)
+
     def test_corpus(self):
         self.up.clear_log()
         for name, wire, status in CASES:
@@ -62,8 +69,7 @@ class MalformedTest(unittest.TestCase):
                 self.assertEqual(r.header("connection"), "close", name)
                 self.assertTrue(c.closed_by_peer(), f"{name}: connection left open")
                 c.close()
-        time.sleep(0.2)
-        self.assertEqual(self.up.log(), [], "a malformed request reached the upstream")
+        self.assert_nothing_forwarded("a malformed request reached the upstream")
 
     def test_smuggling_attempt_never_splits_into_two_upstream_requests(self):
         # A classic CL.TE desync: must be rejected outright, never forwarded in any form.
@@ -73,8 +79,7 @@ class MalformedTest(unittest.TestCase):
                b"0\r\n\r\nGET /admin HTTP/1.1\r\nHost: h\r\n\r\n")
         self.assertEqual(c.read_response().status, 400)
         self.assertTrue(c.closed_by_peer())
-        time.sleep(0.2)
-        self.assertEqual(self.up.log(), [])
+        self.assert_nothing_forwarded("a part of the smuggled request reached the upstream")
 
     def test_valid_request_after_a_bad_connection_still_works(self):
         bad = Client(self.sg.port)

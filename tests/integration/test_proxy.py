@@ -12,7 +12,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import NOT_IN_THIS_BUILD, Client, Stealgate, Upstream, config, main, request_once, sanitized_binary  # noqa: E402
+from harness import NOT_IN_THIS_BUILD, TIMEOUT_SCALE, Client, Stealgate, Upstream, config, main, request_once, sanitized_binary  # noqa: E402
 
 
 def routes_for(cluster="app", timeout="2s", extra=""):
@@ -275,7 +275,7 @@ class ProxyTest(unittest.TestCase):
         t0 = time.time()
         r = c.read_response()
         self.assertEqual(r.status, 408)
-        self.assertLess(time.time() - t0, 3)
+        self.assertLess(time.time() - t0, 3 * TIMEOUT_SCALE, "header_timeout is 1 s")
         self.assertTrue(c.closed_by_peer())
 
     def test_idle_keepalive_connection_is_closed(self):
@@ -329,8 +329,8 @@ class UpstreamFaultTest(unittest.TestCase):
 
     def test_slow_upstream_is_504(self):
         t0 = time.time()
-        self.assertEqual(request_once(self.sg.port, "GET", "/slow?ms=3000")[0], 504)
-        self.assertLess(time.time() - t0, 2)
+        self.assertEqual(request_once(self.sg.port, "GET", "/slow?ms=10000")[0], 504)
+        self.assertLess(time.time() - t0, 2 * TIMEOUT_SCALE, "the route's timeout is 500 ms")
 
     def test_reset_mid_body_closes_client_without_fake_completion(self):
         c = Client(self.sg.port)
@@ -366,8 +366,9 @@ class UpstreamFaultTest(unittest.TestCase):
 
     def test_client_gone_abandons_upstream_exchange(self):
         c = Client(self.sg.port)
-        c.send(b"GET /slow?ms=400 HTTP/1.1\r\nHost: h\r\n\r\n")
-        time.sleep(0.1)
+        c.send(b"GET /slow?ms=400&id=gone HTTP/1.1\r\nHost: h\r\n\r\n")
+        self.sg.wait_for(lambda: "/slow?ms=400&id=gone" in [e["target"] for e in self.up.log()], 5,
+                         "the request never reached the upstream")
         c.close()
         self.sg.wait_log(r"client closed while waiting for the upstream", timeout=3)
 
@@ -391,14 +392,15 @@ class IdleConnectionMemoryTest(unittest.TestCase):
         warm = [Client(sg.port) for _ in range(50)]
         for c in warm:
             self.assertEqual(c.request("GET", "/x").status, 200)
-        time.sleep(0.2)
+        held = lambda k: lambda: sg.metric("stealgate_downstream_connections_active") == k  # noqa: E731
+        sg.wait_for(held(len(warm)), 5, "the warm-up connections are not all held")
         before = rss_kib()
         clients = []
         for _ in range(n):
             c = Client(sg.port)
             self.assertEqual(c.request("GET", "/x").status, 200)
             clients.append(c)
-        time.sleep(0.2)
+        sg.wait_for(held(len(warm) + n), 5, "the measured connections are not all held")
         per_conn = (rss_kib() - before) / n
         for c in clients + warm:
             c.close()
