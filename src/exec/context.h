@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 
@@ -25,6 +26,8 @@ struct ThreadContext {
   bool budget_active = false;       // false outside task polls: no budget applies
   bool yield_requested = false;     // the polled task asked to go to the back of the queue
   bool in_driver = false;           // dispatching I/O driver completions
+  bool tick_now_valid = false;      // tick_now holds this poll's clock reading
+  std::chrono::steady_clock::time_point tick_now{};
 };
 
 // Constant-initialised, so access compiles to a plain TLS load (no wrapper call).

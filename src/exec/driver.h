@@ -3,19 +3,23 @@
 // src/io/ implements it with Asio's reactor.
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 
 namespace sg::exec {
 
 class Driver {
  public:
   virtual ~Driver() = default;
-  // Blocks until at least one event is ready or unpark() is called, then dispatches up
-  // to `max_events` ready completions. Called by at most one thread at a time.
-  virtual void park(uint32_t max_events) = 0;
-  // Dispatches up to `max_events` ready completions without blocking.
-  virtual void poll(uint32_t max_events) = 0;
+  // Blocks until at least one event is ready, unpark() is called or `timeout` (when
+  // given) has passed, then dispatches up to `max_events` ready completions. Called by at
+  // most one thread at a time. Returns how many it dispatched.
+  virtual uint32_t park(uint32_t max_events, std::optional<std::chrono::milliseconds> timeout) = 0;
+  // Dispatches up to `max_events` ready completions without blocking; returns how many.
+  virtual uint32_t poll(uint32_t max_events) = 0;
   // Makes a concurrent or the next park() return. Any thread, any time.
   virtual void unpark() = 0;
   // Destroys everything still pending (handlers complete their waits as aborted). Called
@@ -23,9 +27,37 @@ class Driver {
   virtual void shutdown() = 0;
 };
 
-// The one driver shared by all workers of a runtime; whoever holds `lock` drives it.
+// The driver of a runtime without I/O: its holder only sleeps until unparked or until
+// the next timer is due.
+class SleepDriver final : public Driver {
+ public:
+  uint32_t park(uint32_t /*max_events*/, std::optional<std::chrono::milliseconds> timeout) override {
+    std::unique_lock lk(mu_);
+    auto woken = [this] { return notified_; };
+    if (timeout) cv_.wait_for(lk, *timeout, woken);
+    else cv_.wait(lk, woken);
+    notified_ = false;
+    return 0;
+  }
+  uint32_t poll(uint32_t /*max_events*/) override { return 0; }
+  void unpark() override {
+    { std::lock_guard lk(mu_); notified_ = true; }
+    cv_.notify_one();
+  }
+  void shutdown() override {}
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool notified_ = false;
+};
+
+// The one driver shared by all workers of a runtime; whoever holds `lock` drives it and
+// the runtime's timers (exec/timers.h).
+class Timers;
 struct SharedDriver {
-  Driver* driver = nullptr;  // null: no I/O, parked workers only sleep
+  Driver* driver = nullptr;  // the I/O driver, or a SleepDriver when there is no I/O
+  Timers* timers = nullptr;
   std::mutex lock;
 };
 

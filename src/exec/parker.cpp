@@ -1,6 +1,7 @@
 #include "exec/parker.h"
 
 #include "exec/context.h"
+#include "exec/timers.h"
 
 namespace sg::exec {
 
@@ -18,7 +19,7 @@ struct DriverScope {
 bool Parker::park(uint32_t max_events) {
   uint32_t expected = kNotified;
   if (state_.compare_exchange_strong(expected, kEmpty, std::memory_order_seq_cst)) return false;
-  if (driver_->driver != nullptr && driver_->lock.try_lock()) {
+  if (driver_->lock.try_lock()) {
     park_driver(max_events);
     driver_->lock.unlock();
     return true;
@@ -51,17 +52,31 @@ void Parker::park_driver(uint32_t max_events) {
   }
   {
     DriverScope scope;
-    driver_->driver->park(max_events);
+    Timers& timers = *driver_->timers;
+    // Timers already due are this park's events: dispatch them (and whatever I/O is
+    // ready) instead of blocking. Timers go first, within the same budget: due timers
+    // are finite, so they cannot starve the I/O, while a steady stream of I/O could
+    // starve deadlines, which are what bounds an overloaded gateway.
+    auto fired = static_cast<uint32_t>(timers.process(Clock::now(), max_events));
+    if (fired != 0) {
+      driver_->driver->poll(max_events - fired);
+    } else {
+      std::optional<std::chrono::milliseconds> timeout = timers.begin_park(Clock::now());
+      uint32_t n = driver_->driver->park(max_events, timeout);
+      timers.end_park();
+      if (n < max_events) timers.process(Clock::now(), max_events - n);
+    }
   }
   // Either still PARKED_DRIVER (woken by I/O) or NOTIFIED (woken by unpark): both end here.
   state_.exchange(kEmpty, std::memory_order_seq_cst);
 }
 
 bool Parker::poll_driver(uint32_t max_events) {
-  if (driver_->driver == nullptr || !driver_->lock.try_lock()) return false;
+  if (!driver_->lock.try_lock()) return false;
   {
     DriverScope scope;
-    driver_->driver->poll(max_events);
+    auto fired = static_cast<uint32_t>(driver_->timers->process(Clock::now(), max_events));
+    driver_->driver->poll(max_events - fired);
   }
   driver_->lock.unlock();
   return true;

@@ -1,5 +1,6 @@
 // Per-worker park/unpark (Tokio's park.rs). A parking worker try-locks the shared driver:
-// the winner blocks in the I/O driver (epoll), the others on their own condition variable.
+// the winner blocks in the I/O driver (epoll) until I/O, an unpark or the next timer, and
+// fires due timers; the others sleep on their own condition variable.
 //
 // State machine (one atomic per worker):
 //   EMPTY -> PARKED_CONDVAR | PARKED_DRIVER   (the parking thread, by CAS)

@@ -47,8 +47,11 @@ void Scheduler::release(std::unique_ptr<Scheduler> s) {
 }
 
 Scheduler::Scheduler(const RuntimeConfig& cfg, std::unique_ptr<Driver> driver)
-    : cfg_(resolve(cfg)), driver_owner_(std::move(driver)), idle_(cfg_.worker_threads) {
-  driver_.driver = driver_owner_.get();
+    : cfg_(resolve(cfg)), driver_owner_(std::move(driver)), timers_(cfg_.worker_threads), idle_(cfg_.worker_threads) {
+  if (!driver_owner_) sleep_driver_ = std::make_unique<SleepDriver>();
+  driver_.driver = driver_owner_ ? driver_owner_.get() : sleep_driver_.get();
+  driver_.timers = &timers_;
+  timers_.set_driver(driver_.driver);
   live_ = std::make_unique<LiveSlot[]>(cfg_.worker_threads + 1);
   workers_.reserve(cfg_.worker_threads);
   for (std::size_t i = 0; i < cfg_.worker_threads; ++i) {
@@ -128,6 +131,7 @@ void Scheduler::shutdown() {
   drain_queues();
   // 5. Pending I/O and timer operations are destroyed; their handlers abort the waits,
   //    which drops the waiting tasks (and the sockets in their frames) right away.
+  timers_.shutdown();
   if (driver_owner_) driver_owner_->shutdown();
   // 6. Nothing should be left, but a destructor may have scheduled something.
   drain_queues();

@@ -16,6 +16,7 @@
 #include "exec/inject_queue.h"
 #include "exec/stats.h"
 #include "exec/task.h"
+#include "exec/timers.h"
 #include "exec/worker.h"
 
 namespace sg::exec {
@@ -84,6 +85,7 @@ class Scheduler {
   Idle& idle() { return idle_; }
   SharedDriver& shared_driver() { return driver_; }
   Driver* driver() { return driver_owner_.get(); }
+  Timers& timers() { return timers_; }
   BlockingPool& blocking() { return *blocking_; }
   std::size_t num_workers() const { return workers_.size(); }
   Worker& worker(std::size_t i) { return *workers_[i]; }
@@ -96,7 +98,10 @@ class Scheduler {
 
   const RuntimeConfig cfg_;
   std::unique_ptr<Driver> driver_owner_;
+  // Parks the driver's holder when the runtime has no I/O driver (timers still fire).
+  std::unique_ptr<Driver> sleep_driver_;
   SharedDriver driver_;
+  Timers timers_;
   InjectQueue inject_;
   Idle idle_;
   std::vector<std::unique_ptr<Worker>> workers_;

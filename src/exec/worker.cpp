@@ -255,6 +255,7 @@ void Worker::poll_task(TaskHeader* t) {
   ThreadContext& c = tl_ctx;
   c.budget = cfg_.coop_budget;
   c.budget_active = true;
+  c.tick_now_valid = false;
   t->vtable->poll(t);
   c.budget_active = false;
 }

@@ -11,16 +11,19 @@ Reactor::Reactor()
 
 Reactor::~Reactor() { shutdown(); }
 
-void Reactor::park(uint32_t max_events) {
-  // One blocking wait for the first completion, then whatever else is ready.
-  if (ioc_->run_one() == 0) return;
-  for (uint32_t n = 1; n < max_events && ioc_->poll_one() != 0; ++n) {
-  }
+uint32_t Reactor::park(uint32_t max_events, std::optional<std::chrono::milliseconds> timeout) {
+  // One blocking wait for the first completion (epoll_wait with the timers' timeout:
+  // run_one_for blocks in the reactor, it arms no Asio timer), then whatever else is ready.
+  if ((timeout ? ioc_->run_one_for(*timeout) : ioc_->run_one()) == 0) return 0;
+  uint32_t n = 1;
+  while (n < max_events && ioc_->poll_one() != 0) ++n;
+  return n;
 }
 
-void Reactor::poll(uint32_t max_events) {
-  for (uint32_t n = 0; n < max_events && ioc_->poll_one() != 0; ++n) {
-  }
+uint32_t Reactor::poll(uint32_t max_events) {
+  uint32_t n = 0;
+  while (n < max_events && ioc_->poll_one() != 0) ++n;
+  return n;
 }
 
 void Reactor::unpark() {

@@ -26,8 +26,8 @@ class Reactor final : public exec::Driver {
 
   asio::io_context& context() { return *ioc_; }
 
-  void park(uint32_t max_events) override;
-  void poll(uint32_t max_events) override;
+  uint32_t park(uint32_t max_events, std::optional<std::chrono::milliseconds> timeout) override;
+  uint32_t poll(uint32_t max_events) override;
   void unpark() override;
   void shutdown() override;
 

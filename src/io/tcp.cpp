@@ -233,11 +233,4 @@ void TcpListener::close() {
   acceptor_->close(ec);
 }
 
-exec::Task<void> sleep_until(Clock::time_point t) {
-  Reactor* r = current_reactor();
-  co_await SleepAwaiter{SteadyTimer(r->context().get_executor(), t)};
-}
-
-exec::Task<void> sleep_for(Clock::duration d) { co_await sleep_until(Clock::now() + d); }
-
 }  // namespace sg::io

@@ -49,7 +49,7 @@ class TcpStream {
   // coroutine: the wait lives in the caller's frame (no frame allocation per wait, and an
   // idle connection holds one frame fewer).
   EitherAwaiter<Socket> wait_readable(TcpStream* other, Deadline dl = {}) {
-    return EitherAwaiter<Socket>{*sock_, other != nullptr ? &*other->sock_ : nullptr, dl, std::nullopt};
+    return EitherAwaiter<Socket>{*sock_, other != nullptr ? &*other->sock_ : nullptr, dl};
   }
 
   // What a read would find, without blocking or consuming anything (one MSG_PEEK recv).
@@ -102,8 +102,8 @@ class TcpListener {
   std::optional<Acceptor> acceptor_;
 };
 
-// Suspends the current task until `t` (or for `d`).
-exec::Task<void> sleep_until(Clock::time_point t);
-exec::Task<void> sleep_for(Clock::duration d);
+// Suspends the current task until `t` (or for `d`), on the executor's timers.
+using exec::sleep_for;
+using exec::sleep_until;
 
 }  // namespace sg::io

@@ -1,16 +1,16 @@
-// Bridging Asio completions to executor waits.
+// Bridging Asio completions to executor waits; deadlines on the executor's timers.
 //
 // WaitHandler is the only completion handler src/io gives Asio. Invoked on the thread
 // driving the reactor, it records the result in the waiting task and wakes it (the task
 // then runs on a worker); it never runs user code. Destroyed without being invoked (the
 // io_context is being destroyed at shutdown), it completes the wait as aborted so the
 // waiting task is dropped rather than leaked. Its memory comes from the executor's task
-// allocator.
+// allocator. Deadlines never go through Asio's timer queue: they are entries on the
+// executor's timing wheels (exec/timers.h), fired by the driver's holder.
 #pragma once
 
 #include <asio/associated_allocator.hpp>
 #include <asio/basic_stream_socket.hpp>
-#include <asio/basic_waitable_timer.hpp>
 #include <asio/error.hpp>
 #include <asio/io_context.hpp>
 #include <asio/ip/tcp.hpp>
@@ -24,6 +24,7 @@
 #include "exec/alloc.h"
 #include "exec/coro.h"
 #include "exec/semaphore.h"
+#include "exec/timers.h"
 
 namespace sg::io {
 
@@ -31,17 +32,16 @@ using tcp = asio::ip::tcp;
 using Executor = asio::io_context::executor_type;
 using Socket = asio::basic_stream_socket<tcp, Executor>;
 using Acceptor = asio::basic_socket_acceptor<tcp, Executor>;
-using SteadyTimer = asio::basic_waitable_timer<std::chrono::steady_clock,
-                                               asio::wait_traits<std::chrono::steady_clock>, Executor>;
-using Clock = std::chrono::steady_clock;
+using Clock = exec::Clock;
 
-// An absolute point in time after which a wait fails with errc::timed_out.
+// An absolute point in time after which a wait fails with errc::timed_out. Measured on
+// the clock read once per task poll (exec::tick_now).
 struct Deadline {
   Clock::time_point at = Clock::time_point::max();
-  static Deadline after(Clock::duration d) { return Deadline{Clock::now() + d}; }
+  static Deadline after(Clock::duration d) { return Deadline{exec::tick_now() + d}; }
   static Deadline never() { return {}; }
   bool is_set() const { return at != Clock::time_point::max(); }
-  bool expired() const { return is_set() && Clock::now() >= at; }
+  bool expired() const { return is_set() && exec::tick_now() >= at; }
   friend Deadline earliest(Deadline a, Deadline b) { return a.at <= b.at ? a : b; }
 };
 
@@ -81,42 +81,42 @@ class WaitHandler {
 };
 
 // Races a wait against `deadline` (if set): the timer completes the same armed wait with
-// kTagTimer. Shared by the socket awaiters below.
-inline void arm_deadline(std::optional<SteadyTimer>& timer, const Executor& ex, Deadline deadline,
-                         const exec::Waker& w) {
+// kTagTimer; a deadline already due completes it at once. Shared by the awaiters below.
+inline void arm_deadline(exec::TimerEntry& timer, Deadline deadline, exec::Waker t) {
   if (!deadline.is_set()) return;
-  timer.emplace(ex, deadline.at);
-  timer->async_wait(WaitHandler(w.clone(), kTagTimer));
+  exec::Timers* timers = exec::current_timers();
+  if (timers != nullptr && timer.arm(*timers, deadline.at, t, kTagTimer)) return;
+  std::move(t).wake({std::error_code{}, kTagTimer}, exec::ScheduleKind::kDriver);
 }
 
 // Waits until `sock` is ready for `what` or the deadline passes; yields the error (or
-// errc::timed_out). A losing operation is left to complete on its own: its handler finds
-// the wait already taken and only drops its reference; the timer is cancelled when the
-// awaiter goes away.
+// errc::timed_out). A losing socket wait is left to complete on its own: its handler finds
+// the wait already taken and only drops its reference; the timer is cancelled on resume
+// (and by its destructor when the task is dropped while waiting).
 template <class S>
 struct ReadyAwaiter {
   S& sock;
   asio::socket_base::wait_type what;
   Deadline deadline;
-  std::optional<SteadyTimer> timer;
+  exec::TimerEntry timer{};
 
   bool await_ready() const noexcept { return false; }
   void await_suspend(std::coroutine_handle<> h) {
     exec::Waker w = exec::arm_wait(h);
-    arm_deadline(timer, sock.get_executor(), deadline, w);
+    if (deadline.is_set()) arm_deadline(timer, deadline, w.clone());
     sock.async_wait(what, WaitHandler(std::move(w), kTagReady));
   }
   std::error_code await_resume() {
     const exec::WaitResult& r = exec::last_wait_result();
     if (r.value == kTagTimer && r.code == 0) return std::make_error_code(std::errc::timed_out);
-    if (timer) timer->cancel();
+    timer.cancel();
     return r.ec();
   }
 };
 
 template <class S>
 ReadyAwaiter<S> wait_ready(S& sock, asio::socket_base::wait_type what, Deadline dl) {
-  return ReadyAwaiter<S>{sock, what, dl, std::nullopt};
+  return ReadyAwaiter<S>{sock, what, dl};
 }
 
 // Waits until `a` or `b` (when given) is readable, or the deadline passes. Yields 0 or 1
@@ -131,18 +131,18 @@ struct EitherAwaiter {
   S& a;
   S* b;  // nullptr: wait for `a` alone
   Deadline deadline;
-  std::optional<SteadyTimer> timer;
+  exec::TimerEntry timer{};
 
   bool await_ready() const noexcept { return false; }
   void await_suspend(std::coroutine_handle<> h) {
     exec::Waker w = exec::arm_wait(h);
-    arm_deadline(timer, a.get_executor(), deadline, w);
+    if (deadline.is_set()) arm_deadline(timer, deadline, w.clone());
     if (b != nullptr) b->async_wait(asio::socket_base::wait_read, WaitHandler(w.clone(), kTagReady + 2));
     a.async_wait(asio::socket_base::wait_read, WaitHandler(std::move(w), kTagReady));
   }
   EitherReadable await_resume() {
     const exec::WaitResult& r = exec::last_wait_result();
-    if (timer) timer->cancel();
+    timer.cancel();
     if (r.value == kTagTimer) {
       return {-1, r.code == 0 ? std::make_error_code(std::errc::timed_out) : r.ec()};
     }
@@ -151,23 +151,16 @@ struct EitherAwaiter {
   }
 };
 
-// A timer as an exec::WaitTimeout (bounds a Semaphore wait).
+// A deadline as an exec::WaitTimeout (bounds a Semaphore wait).
 class DeadlineTimeout final : public exec::WaitTimeout {
  public:
-  DeadlineTimeout(asio::io_context& ctx, Deadline dl) : timer_(ctx.get_executor(), dl.at) {}
-  void arm(exec::Waker w) override { timer_.async_wait(WaitHandler(std::move(w), kTagTimer)); }
+  explicit DeadlineTimeout(Deadline dl) : dl_(dl) {}
+  void arm(exec::Waker w) override { arm_deadline(timer_, dl_, std::move(w)); }
   void cancel() override { timer_.cancel(); }
 
  private:
-  SteadyTimer timer_;
-};
-
-// co_await sleep_until(reactor_context, t)
-struct SleepAwaiter {
-  SteadyTimer timer;
-  bool await_ready() const noexcept { return timer.expiry() <= Clock::now() && exec::coop_proceed(); }
-  void await_suspend(std::coroutine_handle<> h) { timer.async_wait(WaitHandler(exec::arm_wait(h), kTagTimer)); }
-  void await_resume() const noexcept {}
+  Deadline dl_;
+  exec::TimerEntry timer_;
 };
 
 }  // namespace sg::io

@@ -56,16 +56,16 @@ void write_access_log(const RequestContext& c, const http::RequestHead& req, uin
 // queued leaves the queue (its wait ends as a timeout that the caller recognises).
 class QueueWait final : public exec::WaitTimeout {
  public:
-  QueueWait(asio::io_context& ctx, io::Deadline dl, io::TcpStream& client)
-      : timer_(ctx.get_executor(), dl.at), client_(client) {}
+  QueueWait(io::Deadline dl, io::TcpStream& client) : dl_(dl), client_(client) {}
   void arm(exec::Waker w) override {
-    timer_.async_wait(io::WaitHandler(w.clone(), io::kTagTimer));
+    io::arm_deadline(timer_, dl_, w.clone());
     client_.socket().async_wait(asio::socket_base::wait_read, io::WaitHandler(std::move(w), io::kTagReady));
   }
   void cancel() override { timer_.cancel(); }
 
  private:
-  io::SteadyTimer timer_;
+  io::Deadline dl_;
+  exec::TimerEntry timer_;
   io::TcpStream& client_;
 };
 
@@ -85,7 +85,7 @@ enum class Admit { kAdmitted, kQueueFull, kDisplaced, kTimeout, kShed, kClientGo
 
 // Takes a permit from `sem` (if any), waiting in its queue until `queue_timeout`; while
 // `shedding`, refuses instead of waiting (see proxy/load_shedder.h).
-exec::Task<Admit> admit(exec::Semaphore* sem, exec::Semaphore::Permit& permit, asio::io_context& ioc,
+exec::Task<Admit> admit(exec::Semaphore* sem, exec::Semaphore::Permit& permit,
                         io::TcpStream& client, io::Clock::duration queue_timeout, bool shedding,
                         AdmissionStats& st) {
   if (sem == nullptr) co_return Admit::kAdmitted;
@@ -102,10 +102,10 @@ exec::Task<Admit> admit(exec::Semaphore* sem, exec::Semaphore::Permit& permit, a
   for (;;) {
     exec::AcquireStatus s;
     if (watch_client) {
-      QueueWait w(ioc, dl, client);
+      QueueWait w(dl, client);
       s = co_await sem->acquire(&w);
     } else {
-      io::DeadlineTimeout w(ioc, dl);
+      io::DeadlineTimeout w(dl);
       s = co_await sem->acquire(&w);
     }
     if (s == exec::AcquireStatus::kAcquired) {
@@ -184,7 +184,6 @@ exec::Task<Handled> handle_request(Gateway& gw, const std::shared_ptr<const Snap
   }
 
   // Admission: global, then route, then cluster. Rejections never touch an upstream.
-  asio::io_context& ioc = gw.runtime().context();
   const auto& lim = snap->config->limits;
   AdmissionStats& ast = gs.admission;
   exec::Semaphore::Permit global, per_route, per_cluster;
@@ -205,7 +204,7 @@ exec::Task<Handled> handle_request(Gateway& gw, const std::shared_ptr<const Snap
   bool limited = false;
   for (const Level& lv : levels) {
     limited = limited || lv.sem != nullptr;
-    Admit a = co_await admit(lv.sem, *lv.permit, ioc, client, lim.queue_timeout, shedding, ast);
+    Admit a = co_await admit(lv.sem, *lv.permit, client, lim.queue_timeout, shedding, ast);
     if (a == Admit::kAdmitted) continue;
     if (a == Admit::kClientGone) {
       ctx.note = "client closed while queued";

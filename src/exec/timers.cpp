@@ -1,0 +1,174 @@
+#include "exec/timers.h"
+
+#include <algorithm>
+#include <limits>
+#include <mutex>
+#include <system_error>
+
+#include "exec/context.h"
+#include "exec/driver.h"
+#include "exec/scheduler.h"
+
+namespace sg::exec {
+
+namespace {
+constexpr uint64_t kNoDeadline = std::numeric_limits<uint64_t>::max();
+// Wakers fired under a shard lock are woken in batches of this many after unlocking.
+constexpr std::size_t kFireBatch = 64;
+}  // namespace
+
+bool TimerEntry::arm(Timers& timers, Clock::time_point at, Waker& w, std::size_t tag) {
+  cancel();
+  waker_ = std::move(w);
+  tag_ = tag;
+  if (!timers.arm(*this, timers.deadline_ms(at))) {
+    w = std::move(waker_);
+    return false;
+  }
+  return true;
+}
+
+void TimerEntry::cancel() {
+  if (timers_ == nullptr) return;
+  timers_->cancel(*this);
+  timers_ = nullptr;
+}
+
+Timers::Timers(std::size_t shards)
+    : origin_(Clock::now()), shards_(std::make_unique<Shard[]>(shards == 0 ? 1 : shards)),
+      num_shards_(shards == 0 ? 1 : shards) {}
+
+uint64_t Timers::now_ms(Clock::time_point t) const {
+  if (t <= origin_) return 0;
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(t - origin_).count());
+}
+
+uint64_t Timers::deadline_ms(Clock::time_point t) const {
+  if (t <= origin_) return 0;
+  auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t - origin_).count();
+  return static_cast<uint64_t>((ns + 999'999) / 1'000'000);
+}
+
+bool Timers::arm(TimerEntry& e, uint64_t when) {
+  const ThreadContext& c = tl_ctx;
+  const auto shard = static_cast<uint32_t>(c.scheduler != nullptr ? c.worker_index % num_shards_ : 0);
+  Shard& s = shards_[shard];
+  e.node_.when = when;
+  e.node_.owner = &e;
+  {
+    std::lock_guard lk(s.mu);
+    if (s.closed || !s.wheel.insert(&e.node_)) return false;
+  }
+  e.timers_ = this;
+  e.shard_ = shard;
+  // See the header: after the insert, so a holder that published an earlier deadline
+  // either scans this entry or is woken here.
+  if (when < park_deadline_.load(std::memory_order_seq_cst) && driver_ != nullptr) driver_->unpark();
+  return true;
+}
+
+void Timers::cancel(TimerEntry& e) {
+  Waker drop;
+  {
+    std::lock_guard lk(shards_[e.shard_].mu);
+    shards_[e.shard_].wheel.remove(&e.node_);
+    drop = std::move(e.waker_);  // empty when the timer fired
+  }
+  // `drop` releases its task reference here, outside the lock.
+}
+
+std::size_t Timers::process(Clock::time_point now, std::size_t max) {
+  const uint64_t ms = now_ms(now);
+  std::size_t fired = 0;
+  struct Fired {
+    Waker waker;
+    std::size_t tag = 0;
+  };
+  Fired batch[kFireBatch];
+  for (std::size_t i = 0; i < num_shards_ && fired < max; ++i) {
+    Shard& s = shards_[i];
+    while (fired < max) {
+      const std::size_t limit = std::min(kFireBatch, max - fired);
+      std::size_t n = 0;
+      {
+        std::lock_guard lk(s.mu);
+        n = s.wheel.advance(ms, limit, [&](TimerNode* node) {
+          auto* e = static_cast<TimerEntry*>(node->owner);
+          batch[n] = Fired{std::move(e->waker_), e->tag_};
+          ++n;
+        });
+      }
+      for (std::size_t k = 0; k < n; ++k) {
+        std::move(batch[k].waker).wake({std::error_code{}, batch[k].tag}, ScheduleKind::kDriver);
+      }
+      fired += n;
+      if (n < limit) break;
+    }
+  }
+  return fired;
+}
+
+std::optional<uint64_t> Timers::next_expiration() {
+  std::optional<uint64_t> next;
+  for (std::size_t i = 0; i < num_shards_; ++i) {
+    std::lock_guard lk(shards_[i].mu);
+    if (auto e = shards_[i].wheel.next_expiration(); e && (!next || *e < *next)) next = e;
+  }
+  return next;
+}
+
+std::optional<std::chrono::milliseconds> Timers::begin_park(Clock::time_point now) {
+  // Publish "parked, no timeout" first: an arm from now on unparks us unless our scan
+  // below sees it; then narrow the deadline to what the scan found.
+  park_deadline_.store(kNoDeadline, std::memory_order_seq_cst);
+  std::optional<uint64_t> next = next_expiration();
+  if (!next) return std::nullopt;
+  park_deadline_.store(*next, std::memory_order_seq_cst);
+  const uint64_t at = now_ms(now);
+  return std::chrono::milliseconds(*next > at ? *next - at : 0);
+}
+
+std::size_t Timers::pending() const {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < num_shards_; ++i) {
+    std::lock_guard lk(shards_[i].mu);
+    n += shards_[i].wheel.size();
+  }
+  return n;
+}
+
+void Timers::shutdown() {
+  // Every pending wait completes as aborted; the entries stay linked nowhere.
+  for (std::size_t i = 0; i < num_shards_; ++i) {
+    Shard& s = shards_[i];
+    for (;;) {
+      Waker w;
+      {
+        std::lock_guard lk(s.mu);
+        s.closed = true;
+        TimerNode* n = s.wheel.first();
+        if (n == nullptr) break;
+        s.wheel.remove(n);
+        w = std::move(static_cast<TimerEntry*>(n->owner)->waker_);
+      }
+      std::move(w).wake({std::make_error_code(std::errc::operation_canceled)}, ScheduleKind::kDriver);
+    }
+  }
+}
+
+Clock::time_point tick_now() noexcept {
+  ThreadContext& c = tl_ctx;
+  if (!c.budget_active) return Clock::now();
+  if (!c.tick_now_valid) {
+    c.tick_now = Clock::now();
+    c.tick_now_valid = true;
+  }
+  return c.tick_now;
+}
+
+Timers* current_timers() noexcept {
+  Scheduler* s = tl_ctx.scheduler;
+  return s != nullptr ? &s->timers() : nullptr;
+}
+
+}  // namespace sg::exec

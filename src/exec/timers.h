@@ -1,0 +1,149 @@
+// Timers: every deadline of a runtime (socket timeouts, sleeps, admission waits) on timing
+// wheels (timer_wheel.h) driven by the worker that holds the I/O driver, as Tokio's time
+// driver wraps its I/O driver. Asio's timer queue is not involved.
+//
+// Sharding: one wheel per worker, each under its own lock, so workers arming and
+// cancelling timers for their own connections do not contend; an entry remembers its
+// shard (a task stolen to another worker cancels on the shard it armed on). The driver's
+// holder advances every shard before and after it parks (Parker), and a busy worker does
+// so when it polls the driver (every event_interval ticks).
+//
+// Firing: under the shard lock the entry is unlinked and its waker moved out; the wakers
+// are woken after the lock is released (waking can run task-drop code at shutdown, which
+// must not find the lock held). An entry's owner cancels under the same lock, so once
+// cancel() returns no firing can touch the entry, and a waker that fires after the task
+// stopped waiting finds its wait generation gone (exec::Waker) and does nothing.
+//
+// Parked driver: a holder that parks publishes when it will wake (park_deadline). An arm
+// earlier than that unparks the driver so it parks again with the shorter timeout. The
+// arm's check of park_deadline comes after its insert (under the shard lock) and the
+// holder's computation of its timeout comes after it published park_deadline (seq_cst
+// both): either the holder's scan sees the new entry, or the arm sees the deadline.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "exec/coro.h"
+#include "exec/spin_lock.h"
+#include "exec/timer_wheel.h"
+
+namespace sg::exec {
+
+class Driver;
+using Clock = std::chrono::steady_clock;
+
+class Timers;
+
+// One armable deadline, living in its owner (an awaiter). Armed at most once at a time;
+// the owner must cancel() (or let the destructor do it) before reusing or freeing it.
+class TimerEntry {
+ public:
+  TimerEntry() = default;
+  TimerEntry(const TimerEntry&) = delete;
+  TimerEntry& operator=(const TimerEntry&) = delete;
+  ~TimerEntry() { cancel(); }
+
+  // Completes `w`'s wait with WaitResult{{}, tag} at `at`, taking `w`. False when `at`
+  // is already due (or the runtime shut down): nothing is armed and `w` stays with the
+  // caller, who decides what that means (usually: complete the wait now).
+  bool arm(Timers& timers, Clock::time_point at, Waker& w, std::size_t tag);
+  // Stops the timer if it has not fired. Safe from any thread, any number of times.
+  void cancel();
+  bool armed() const { return timers_ != nullptr; }
+
+ private:
+  friend class Timers;
+  TimerNode node_;
+  Waker waker_;
+  std::size_t tag_ = 0;
+  Timers* timers_ = nullptr;  // set while armed (owner's thread only)
+  uint32_t shard_ = 0;
+};
+
+class Timers {
+ public:
+  explicit Timers(std::size_t shards);
+  Timers(const Timers&) = delete;
+  Timers& operator=(const Timers&) = delete;
+
+  // The driver to unpark when an arm is earlier than its park (null: none yet).
+  void set_driver(Driver* d) { driver_ = d; }
+
+  // Fires the timers due at `now`, at most `max` (the rest stay due for the next call).
+  // Returns how many fired. Any thread; called by the driver's holder.
+  std::size_t process(Clock::time_point now, std::size_t max = SIZE_MAX);
+  // How long a park may block before the next timer is due (nullopt: no timer), and
+  // publishes that deadline for arms to compare against. Call end_park() after the park.
+  std::optional<std::chrono::milliseconds> begin_park(Clock::time_point now);
+  void end_park() { park_deadline_.store(kNotParked, std::memory_order_seq_cst); }
+
+  std::size_t pending() const;
+  // Milliseconds on the wheels' clock (from the runtime's start), rounded up for
+  // deadlines so that a timer never fires before its time point.
+  uint64_t deadline_ms(Clock::time_point t) const;
+  uint64_t now_ms(Clock::time_point t) const;
+
+  // Tears every pending timer down at shutdown: their waits complete as aborted
+  // (std::errc::operation_canceled), and later arms fail as already due.
+  void shutdown();
+
+ private:
+  friend class TimerEntry;
+  static constexpr uint64_t kNotParked = 0;
+
+  struct alignas(64) Shard {
+    SpinLock mu;
+    TimerWheel wheel;     // under mu
+    bool closed = false;  // under mu: shut down, arms fail as already due
+  };
+
+  bool arm(TimerEntry& e, uint64_t when);
+  void cancel(TimerEntry& e);
+  std::optional<uint64_t> next_expiration();
+
+  const Clock::time_point origin_;
+  std::unique_ptr<Shard[]> shards_;
+  const std::size_t num_shards_;
+  Driver* driver_ = nullptr;
+  // ms at which the parked driver's holder wakes on its own (UINT64_MAX: it waits for I/O
+  // only); kNotParked while nobody is parked in the driver.
+  std::atomic<uint64_t> park_deadline_{kNotParked};
+};
+
+// The clock read once per task poll: the first call in a poll reads the clock, later ones
+// in the same poll return that reading. Off-worker threads read the clock every time.
+Clock::time_point tick_now() noexcept;
+
+// The timers of the runtime running the calling task (nullptr off-runtime).
+Timers* current_timers() noexcept;
+
+// co_await sleep_until(t): suspends the calling task until `t`. A time already past
+// spends a unit of coop budget instead (and yields when the budget is gone).
+class SleepAwaiter {
+ public:
+  explicit SleepAwaiter(Clock::time_point at) : at_(at) {}
+  bool await_ready() const noexcept { return at_ <= tick_now() && coop_proceed(); }
+  bool await_suspend(std::coroutine_handle<> h) {
+    Waker w = arm_wait(h);
+    Timers* timers = current_timers();
+    if (timers != nullptr && entry_.arm(*timers, at_, w, 0)) return true;
+    std::move(w).wake({}, ScheduleKind::kYield);  // due already: go round the queue once
+    return true;
+  }
+  void await_resume() const noexcept {}
+
+ private:
+  Clock::time_point at_;
+  TimerEntry entry_;
+};
+
+inline SleepAwaiter sleep_until(Clock::time_point t) { return SleepAwaiter(t); }
+inline SleepAwaiter sleep_for(Clock::duration d) { return SleepAwaiter(tick_now() + d); }
+
+}  // namespace sg::exec
