@@ -58,6 +58,7 @@ bool Timers::arm(TimerEntry& e, uint64_t when) {
   {
     std::lock_guard lk(s.mu);
     if (s.closed || !s.wheel.insert(&e.node_)) return false;
+    if (when < s.next_due.load(std::memory_order_relaxed)) s.next_due.store(when, std::memory_order_seq_cst);
   }
   e.timers_ = this;
   e.shard_ = shard;
@@ -80,26 +81,31 @@ void Timers::cancel(TimerEntry& e) {
 std::size_t Timers::process(Clock::time_point now, std::size_t max) {
   const uint64_t ms = now_ms(now);
   std::size_t fired = 0;
+  // Plain storage: the wakers' references are released into it under the lock and
+  // adopted back to wake after unlocking (constructing 64 Wakers per call cost more than
+  // the wheel itself).
   struct Fired {
-    Waker waker;
-    std::size_t tag = 0;
+    CoroTaskBase* task;
+    uint64_t gen;
+    std::size_t tag;
   };
   Fired batch[kFireBatch];
   for (std::size_t i = 0; i < num_shards_ && fired < max; ++i) {
     Shard& s = shards_[i];
-    while (fired < max) {
+    while (fired < max && s.next_due.load(std::memory_order_relaxed) <= ms) {
       const std::size_t limit = std::min(kFireBatch, max - fired);
       std::size_t n = 0;
       {
         std::lock_guard lk(s.mu);
         n = s.wheel.advance(ms, limit, [&](TimerNode* node) {
           auto* e = static_cast<TimerEntry*>(node->owner);
-          batch[n] = Fired{std::move(e->waker_), e->tag_};
-          ++n;
+          const uint64_t gen = e->waker_.generation();
+          batch[n++] = Fired{e->waker_.release(), gen, e->tag_};
         });
+        s.next_due.store(s.wheel.next_expiration().value_or(kNoDeadline), std::memory_order_relaxed);
       }
       for (std::size_t k = 0; k < n; ++k) {
-        std::move(batch[k].waker).wake({std::error_code{}, batch[k].tag}, ScheduleKind::kDriver);
+        Waker(batch[k].task, batch[k].gen).wake({std::error_code{}, batch[k].tag}, ScheduleKind::kDriver);
       }
       fired += n;
       if (n < limit) break;
@@ -108,24 +114,16 @@ std::size_t Timers::process(Clock::time_point now, std::size_t max) {
   return fired;
 }
 
-std::optional<uint64_t> Timers::next_expiration() {
-  std::optional<uint64_t> next;
-  for (std::size_t i = 0; i < num_shards_; ++i) {
-    std::lock_guard lk(shards_[i].mu);
-    if (auto e = shards_[i].wheel.next_expiration(); e && (!next || *e < *next)) next = e;
-  }
-  return next;
-}
-
 std::optional<std::chrono::milliseconds> Timers::begin_park(Clock::time_point now) {
   // Publish "parked, no timeout" first: an arm from now on unparks us unless our scan
   // below sees it; then narrow the deadline to what the scan found.
   park_deadline_.store(kNoDeadline, std::memory_order_seq_cst);
-  std::optional<uint64_t> next = next_expiration();
-  if (!next) return std::nullopt;
-  park_deadline_.store(*next, std::memory_order_seq_cst);
+  uint64_t next = kNoDeadline;
+  for (std::size_t i = 0; i < num_shards_; ++i) next = std::min(next, shards_[i].next_due.load(std::memory_order_seq_cst));
+  if (next == kNoDeadline) return std::nullopt;
+  park_deadline_.store(next, std::memory_order_seq_cst);
   const uint64_t at = now_ms(now);
-  return std::chrono::milliseconds(*next > at ? *next - at : 0);
+  return std::chrono::milliseconds(next > at ? next - at : 0);
 }
 
 std::size_t Timers::pending() const {
@@ -154,16 +152,6 @@ void Timers::shutdown() {
       std::move(w).wake({std::make_error_code(std::errc::operation_canceled)}, ScheduleKind::kDriver);
     }
   }
-}
-
-Clock::time_point tick_now() noexcept {
-  ThreadContext& c = tl_ctx;
-  if (!c.budget_active) return Clock::now();
-  if (!c.tick_now_valid) {
-    c.tick_now = Clock::now();
-    c.tick_now_valid = true;
-  }
-  return c.tick_now;
 }
 
 Timers* current_timers() noexcept {

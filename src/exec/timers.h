@@ -18,7 +18,8 @@
 // earlier than that unparks the driver so it parks again with the shorter timeout. The
 // arm's check of park_deadline comes after its insert (under the shard lock) and the
 // holder's computation of its timeout comes after it published park_deadline (seq_cst
-// both): either the holder's scan sees the new entry, or the arm sees the deadline.
+// both): either the holder's scan of next_due sees the new entry, or the arm sees the
+// deadline.
 #pragma once
 
 #include <atomic>
@@ -101,11 +102,14 @@ class Timers {
     SpinLock mu;
     TimerWheel wheel;     // under mu
     bool closed = false;  // under mu: shut down, arms fail as already due
+    // No earlier than the wheel's next expiration (kNoDeadline: empty), so process() and
+    // begin_park() can skip a shard without its lock. Written under mu; a cancel leaves
+    // it early, which costs one needless visit.
+    std::atomic<uint64_t> next_due{UINT64_MAX};
   };
 
   bool arm(TimerEntry& e, uint64_t when);
   void cancel(TimerEntry& e);
-  std::optional<uint64_t> next_expiration();
 
   const Clock::time_point origin_;
   std::unique_ptr<Shard[]> shards_;
@@ -118,7 +122,15 @@ class Timers {
 
 // The clock read once per task poll: the first call in a poll reads the clock, later ones
 // in the same poll return that reading. Off-worker threads read the clock every time.
-Clock::time_point tick_now() noexcept;
+inline Clock::time_point tick_now() noexcept {
+  ThreadContext& c = tl_ctx;
+  if (!c.budget_active) return Clock::now();
+  if (!c.tick_now_valid) {
+    c.tick_now = Clock::now();
+    c.tick_now_valid = true;
+  }
+  return c.tick_now;
+}
 
 // The timers of the runtime running the calling task (nullptr off-runtime).
 Timers* current_timers() noexcept;
