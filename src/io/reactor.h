@@ -1,4 +1,5 @@
-// The I/O driver: Asio's io_context used only as epoll reactor and timer queue.
+// The I/O driver: Asio's io_context used only as the epoll reactor (timers are the
+// executor's, exec/timers.h; a park blocks in epoll_wait for at most their timeout).
 //
 // No user code runs inside the io_context: completion handlers installed by src/io only
 // record the result and wake the waiting task (exec::Waker), which then runs on a worker.
