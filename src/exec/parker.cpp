@@ -57,11 +57,12 @@ void Parker::park_driver(uint32_t max_events) {
     // ready) instead of blocking. Timers go first, within the same budget: due timers
     // are finite, so they cannot starve the I/O, while a steady stream of I/O could
     // starve deadlines, which are what bounds an overloaded gateway.
-    auto fired = static_cast<uint32_t>(timers.process(Clock::now(), max_events));
+    const Clock::time_point now = Clock::now();
+    auto fired = static_cast<uint32_t>(timers.process(now, max_events));
     if (fired != 0) {
       driver_->driver->poll(max_events - fired);
     } else {
-      std::optional<std::chrono::milliseconds> timeout = timers.begin_park(Clock::now());
+      std::optional<std::chrono::milliseconds> timeout = timers.begin_park(now);
       uint32_t n = driver_->driver->park(max_events, timeout);
       timers.end_park();
       if (n < max_events) timers.process(Clock::now(), max_events - n);

@@ -310,7 +310,7 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
     }
 
     // --- request head ---
-    const auto sent_at = io::Clock::now();
+    const auto sent_at = exec::tick_now();
     bool head_time_recorded = false;
     io::Deadline send_dl = io::Deadline::after(rcfg.timeout);
     if (auto ec = co_await write_body(up, head_bytes, early_body.chunks, chunked_request, early_tail, send_dl)) {
@@ -476,7 +476,7 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
       if (!head_time_recorded) {  // the first head (a 1xx counts: the upstream answered)
         head_time_recorded = true;
         cluster.stats().response_head_time.observe(static_cast<uint64_t>(
-            std::chrono::duration_cast<std::chrono::nanoseconds>(io::Clock::now() - sent_at).count()));
+            std::chrono::duration_cast<std::chrono::nanoseconds>(exec::tick_now() - sent_at).count()));
       }
       if (resp.status == 101) {
         if (upgrade_matches(resp, upgrade)) {

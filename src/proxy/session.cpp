@@ -94,7 +94,7 @@ exec::Task<Admit> admit(exec::Semaphore* sem, exec::Semaphore::Permit& permit,
     co_return Admit::kAdmitted;
   }
   if (shedding) co_return Admit::kShed;
-  auto t0 = io::Clock::now();
+  auto t0 = exec::tick_now();
   io::Deadline dl{t0 + jittered_queue_timeout(queue_timeout)};
   bool watch_client = true;
   st.queued.fetch_add(1, std::memory_order_relaxed);
@@ -126,7 +126,7 @@ exec::Task<Admit> admit(exec::Semaphore* sem, exec::Semaphore::Permit& permit,
     watch_client = false;
   }
   st.queued.fetch_sub(1, std::memory_order_relaxed);
-  st.wait.observe(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(io::Clock::now() - t0).count()));
+  st.wait.observe(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(exec::tick_now() - t0).count()));
   co_return out;
 }
 
@@ -200,7 +200,7 @@ exec::Task<Handled> handle_request(Gateway& gw, const std::shared_ptr<const Snap
   };
   LoadShedder& shedder = gw.shedder();
   const bool shedding = shedder.shedding();
-  const auto admission_start = io::Clock::now();
+  const auto admission_start = exec::tick_now();
   bool limited = false;
   for (const Level& lv : levels) {
     limited = limited || lv.sem != nullptr;
@@ -213,7 +213,7 @@ exec::Task<Handled> handle_request(Gateway& gw, const std::shared_ptr<const Snap
     RejectReason why = a == Admit::kQueueFull || a == Admit::kDisplaced ? RejectReason::kQueueFull
                        : a == Admit::kShed    ? RejectReason::kShed
                                               : RejectReason::kQueueTimeout;
-    if (why == RejectReason::kShed) shedder.note_refused(io::Clock::now());
+    if (why == RejectReason::kShed) shedder.note_refused(exec::tick_now());
     ast.reject(lv.scope, why);
     LocalReply lr;
     lr.status = 503;
@@ -227,7 +227,7 @@ exec::Task<Handled> handle_request(Gateway& gw, const std::shared_ptr<const Snap
   if (limited) {
     // The admitted request's queue sojourn (0 when every permit was free) drives the
     // shedder's standing-queue detector.
-    auto now = io::Clock::now();
+    auto now = exec::tick_now();
     shedder.sojourn.observe(now - admission_start, now);
   }
   // Admitted: until its response is done, this task's wake-ups go ahead of new requests
@@ -288,7 +288,7 @@ exec::Task<bool> serve_request(Gateway& gw, ListenerState& ls, const http::HeadR
                                http::MessageReader& reader, const std::string& peer, const std::string& peer_ip,
                                std::shared_ptr<const Snapshot>& lsnap, const config::ListenerSection*& lcfg) {
   RequestContext ctx;
-  ctx.start = std::chrono::steady_clock::now();
+  ctx.start = exec::tick_now();
   ctx.client = peer;
   ctx.client_ip = peer_ip;
   // The snapshot current when the request arrived serves it to the end.
@@ -316,7 +316,7 @@ exec::Task<bool> serve_request(Gateway& gw, ListenerState& ls, const http::HeadR
   exec::set_current_task_priority(false);  // permits released: back to the ordinary lane
 
   uint64_t dur_ns = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - ctx.start).count());
+      std::chrono::duration_cast<std::chrono::nanoseconds>(exec::tick_now() - ctx.start).count());
   const http::RequestHead& req = reader.parser().request();
   RouteStats& rs = ctx.route_index >= 0 ? *snap->route_stats[static_cast<std::size_t>(ctx.route_index)]
                                         : *snap->unrouted_stats;

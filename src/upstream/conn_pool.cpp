@@ -3,7 +3,7 @@
 namespace sg::upstream {
 
 std::optional<io::TcpStream> ConnPool::acquire(bool replayable) {
-  auto now = std::chrono::steady_clock::now();
+  auto now = exec::tick_now();
   for (;;) {
     Idle got;
     {
@@ -41,11 +41,11 @@ void ConnPool::release(io::TcpStream s) {
     s.close();
     return;
   }
-  idle_.push_back({std::move(s), std::chrono::steady_clock::now()});
+  idle_.push_back({std::move(s), exec::tick_now()});
 }
 
 std::size_t ConnPool::reap() {
-  auto now = std::chrono::steady_clock::now();
+  auto now = exec::tick_now();
   std::deque<Idle> expired;
   {
     std::lock_guard lk(mu_);

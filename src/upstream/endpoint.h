@@ -53,7 +53,7 @@ class Endpoint {
 };
 
 inline int64_t steady_now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::milliseconds>(exec::tick_now().time_since_epoch())
       .count();
 }
 
