@@ -83,6 +83,9 @@ class Timers {
   // publishes that deadline for arms to compare against. Call end_park() after the park.
   std::optional<std::chrono::milliseconds> begin_park(Clock::time_point now);
   void end_park() { park_deadline_.store(kNotParked, std::memory_order_seq_cst); }
+  // When the driver's parked holder wakes on its own (ms on the wheels' clock; 0 while
+  // nobody is parked in the driver, UINT64_MAX when it waits for I/O only).
+  uint64_t parked_until() const { return park_deadline_.load(std::memory_order_seq_cst); }
 
   std::size_t pending() const;
   // Milliseconds on the wheels' clock (from the runtime's start), rounded up for

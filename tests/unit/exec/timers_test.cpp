@@ -31,10 +31,6 @@ RuntimeConfig workers(std::size_t n) {
 
 Timers& timers_of(Runtime& rt) { return rt.handle().scheduler()->timers(); }
 
-Clock::time_point start_of_test() {
-  static const Clock::time_point t = Clock::now();
-  return t;
-}
 
 TEST(Timers, SleepNeverEndsBeforeItsTime) {
   Runtime rt(workers(2));
@@ -50,18 +46,24 @@ TEST(Timers, SleepNeverEndsBeforeItsTime) {
 }
 
 TEST(Timers, SleepsEndInDeadlineOrder) {
-  Runtime rt(workers(2));
+  // One worker, so that tasks run in the order their timers fired (with two, a batch of
+  // timers that fire together is shared out and may finish in any order).
+  Runtime rt(workers(1));
   std::mutex mu;
   std::vector<int> order;
   std::vector<JoinHandle<void>> hs;
-  // Deadlines 3 ms apart (the wheel's resolution is 1 ms), spawned in reverse.
+  // Deadlines 3 ms apart (the wheel's resolution is 1 ms), spawned in reverse, all armed
+  // well before the first is due.
+  const auto base = Clock::now() + 300ms;
   for (int i = 20; i >= 0; --i) {
     hs.push_back(rt.spawn([&, i]() -> Task<void> {
-      co_await sleep_until(start_of_test() + std::chrono::milliseconds(20 + 3 * i));
+      co_await sleep_until(base + std::chrono::milliseconds(3 * i));
       std::lock_guard lk(mu);
       order.push_back(i);
     }));
   }
+  ASSERT_TRUE(eventually([&] { return timers_of(rt).pending() == 21; }));
+  ASSERT_LT(Clock::now(), base) << "the timers were not all armed before the first was due";
   for (auto& h : hs) ASSERT_TRUE(h.wait());
   std::vector<int> sorted = order;
   std::sort(sorted.begin(), sorted.end());
@@ -78,7 +80,8 @@ TEST(Timers, EarlierTimerWakesTheParkedHolder) {
     long_done = true;
   });
   ASSERT_TRUE(eventually([&] { return timers_of(rt).pending() == 1; }));
-  std::this_thread::sleep_for(20ms);  // let the worker park with the 10 s timeout
+  // The worker parks in the driver with the 10 s timeout once the task has armed it.
+  ASSERT_TRUE(eventually([&] { return timers_of(rt).parked_until() > timers_of(rt).now_ms(Clock::now()) + 5000; }));
   auto t0 = Clock::now();
   auto short_sleep = rt.spawn([]() -> Task<void> { co_await sleep_for(30ms); });
   ASSERT_TRUE(short_sleep.wait());
