@@ -122,10 +122,11 @@ std::string AdminServer::start(const config::Address& addr) {
   std::string err;
   auto ep = upstream::resolve(addr, err);
   if (!ep.ok()) return "admin " + addr.text() + ": " + err;
-  auto l = io::TcpListener::bind(gw_.runtime().context(), *ep, {});
-  if (!l.ok()) return "admin endpoint cannot listen on " + addr.text() + ": " + l.error().message();
-  port_ = l->local_endpoint().port();
-  listener_ = std::make_shared<io::TcpListener>(std::move(*l));
+  io::Listening got = io::listen_on(gw_.runtime().context(), gw_.inherited(), "admin", *ep, {});
+  if (!got.listener) return "admin endpoint " + addr.text() + ": " + got.error;
+  port_ = got.listener->local_endpoint().port();
+  inherited_ = got.inherited;
+  listener_ = std::make_shared<io::TcpListener>(std::move(*got.listener));
   task_ = gw_.runtime().handle().spawn(admin_accept(gw_, listener_));
   return "";
 }

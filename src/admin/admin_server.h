@@ -26,12 +26,14 @@ class AdminServer {
   std::string start(const config::Address& addr);
   void stop();
   uint16_t port() const { return port_; }
+  bool inherited() const { return inherited_; }  // serving on an inherited socket
 
  private:
   proxy::Gateway& gw_;
   std::shared_ptr<io::TcpListener> listener_;
   exec::JoinHandle<void> task_;
   uint16_t port_ = 0;
+  bool inherited_ = false;
 };
 
 // Exposed for tests: the response to one admin request.

@@ -8,6 +8,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -17,6 +19,7 @@
 #include "app/options.h"
 #include "common/log.h"
 #include "config/loader.h"
+#include "io/inherited.h"
 #include "io/reactor.h"
 #include "proxy/gateway.h"
 #include "stealgate_version.h"
@@ -50,6 +53,24 @@ exec::RuntimeConfig runtime_config(const config::RuntimeSection& r) {
 
 void notify(const std::string& msg) { sd_notify(0, msg.c_str()); }
 
+// Takes the listening sockets systemd (or a launcher speaking its LISTEN_FDS protocol)
+// passed in, and clears the variables so nothing we start inherits them by mistake.
+std::string inherit_sockets(io::InheritedSockets& out) {
+  char** names = nullptr;
+  int n = sd_listen_fds_with_names(1, &names);
+  std::vector<std::string> list;
+  if (names != nullptr) {
+    for (char** p = names; *p != nullptr; ++p) {
+      list.emplace_back(*p);
+      std::free(*p);
+    }
+    std::free(names);
+  }
+  if (n < 0) return std::string("cannot take the inherited sockets (LISTEN_FDS): ") + std::strerror(-n);
+  if (n == 0) return "";
+  return out.adopt(SD_LISTEN_FDS_START, n, list);
+}
+
 uint64_t monotonic_usec() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -79,8 +100,17 @@ int run(const app::Options& opts) {
   signal(SIGPIPE, SIG_IGN);
   log::setup(log_options(cfg->logging));
 
+  io::InheritedSockets inherited;  // outlives the gateway: reloads may still adopt from it
+  if (std::string err = inherit_sockets(inherited); !err.empty()) {
+    SG_LOG_ERROR("startup failed: {}", err);
+    std::cerr << "stealgate: " << err << "\n";
+    log::shutdown();
+    return 1;
+  }
+  if (inherited.size() != 0) SG_LOG_INFO("{} inherited listening socket(s)", inherited.size());
   auto rt = std::make_unique<io::Runtime>(runtime_config(cfg->runtime));
   auto gw = std::make_unique<proxy::Gateway>(*rt);
+  gw->set_inherited(&inherited);
   if (std::string err = gw->start(cfg); !err.empty()) {
     SG_LOG_ERROR("startup failed: {}", err);
     std::cerr << "stealgate: " << err << "\n";
@@ -101,8 +131,11 @@ int run(const app::Options& opts) {
       log::shutdown();
       return 1;
     }
-    SG_LOG_INFO("admin endpoint on {} (port {}): /metrics /healthz /ready /config", admin_cfg.address.text(),
-                admin->port());
+    SG_LOG_INFO("admin endpoint on {} (port {}): /metrics /healthz /ready /config{}", admin_cfg.address.text(),
+                admin->port(), admin->inherited() ? " (inherited socket)" : "");
+  }
+  for (const std::string& s : inherited.close_unclaimed()) {
+    SG_LOG_WARN("inherited socket {} matches no listener: closed", s);
   }
   SG_LOG_INFO("stealgate {} started: {} workers, {} listener(s), {} route(s), {} cluster(s)", STEALGATE_VERSION,
               rt->exec().config().worker_threads, cfg->listeners.size(), cfg->routes.size(), cfg->clusters.size());
@@ -145,8 +178,8 @@ int run(const app::Options& opts) {
           if (std::string err = admin->start(admin_cfg.address); !err.empty()) {
             SG_LOG_ERROR("{}", err);
           } else {
-            SG_LOG_INFO("admin endpoint on {} (port {}): /metrics /healthz /ready /config", admin_cfg.address.text(),
-                        admin->port());
+            SG_LOG_INFO("admin endpoint on {} (port {}): /metrics /healthz /ready /config{}", admin_cfg.address.text(),
+                        admin->port(), admin->inherited() ? " (inherited socket)" : "");
           }
         }
       }

@@ -194,6 +194,28 @@ Result<TcpListener> TcpListener::bind(asio::io_context& ctx, tcp::endpoint ep, c
   return TcpListener(std::move(a));
 }
 
+Result<TcpListener> TcpListener::adopt(asio::io_context& ctx, int fd) {
+  tcp::endpoint local;
+  socklen_t len = static_cast<socklen_t>(local.capacity());
+  if (::getsockname(fd, local.data(), &len) != 0) {
+    std::error_code ec = errno_code();
+    ::close(fd);
+    return ec;
+  }
+  local.resize(len);
+  Acceptor a(ctx.get_executor());
+  std::error_code ec;
+  a.assign(local.protocol(), fd, ec);
+  if (ec) {
+    ::close(fd);
+    return ec;
+  }
+  a.set_option(tcp::no_delay(true), ec);
+  if (!ec) a.non_blocking(true, ec);
+  if (ec) return ec;  // `a` closes fd
+  return TcpListener(std::move(a));
+}
+
 exec::Task<Result<TcpStream>> TcpListener::accept(Deadline dl) {
   for (;;) {
     // accept4 reports the peer's address, which also gives the family: no getsockname or

@@ -85,6 +85,10 @@ class TcpListener {
  public:
   // Binds and listens; port 0 picks a free port (see local_endpoint()).
   static Result<TcpListener> bind(asio::io_context& ctx, tcp::endpoint ep, const ListenOptions& opts);
+  // Takes over `fd`, a socket already bound and listening (inherited, see inherited.h):
+  // it becomes non-blocking and gets TCP_NODELAY for its accepted sockets, as bind() does.
+  // On failure `fd` is closed.
+  static Result<TcpListener> adopt(asio::io_context& ctx, int fd);
 
   TcpListener(TcpListener&&) noexcept = default;
   TcpListener& operator=(TcpListener&&) noexcept = default;

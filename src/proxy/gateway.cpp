@@ -158,15 +158,14 @@ std::string Gateway::bind_listener(const config::ListenerSection& l, std::shared
   io::ListenOptions opts;
   opts.backlog = l.backlog;
   opts.reuse_port = l.reuse_port;
-  auto bound = io::TcpListener::bind(rt_.context(), *ep, opts);
-  if (!bound.ok()) {
-    return "listener \"" + l.name + "\" cannot listen on " + l.address.text() + ": " + bound.error().message();
-  }
+  io::Listening got = io::listen_on(rt_.context(), inherited_, l.name, *ep, opts);
+  if (!got.listener) return "listener \"" + l.name + "\" " + l.address.text() + ": " + got.error;
   auto ls = std::make_shared<ListenerState>();
   ls->key = listener_key(l);
   ls->address = l.address.text();
-  ls->bound_port = bound->local_endpoint().port();
-  ls->listener.emplace(std::move(*bound));
+  ls->bound_port = got.listener->local_endpoint().port();
+  ls->inherited = got.inherited;
+  ls->listener.emplace(std::move(*got.listener));
   out = std::move(ls);
   return "";
 }
@@ -201,7 +200,8 @@ std::string Gateway::start(std::shared_ptr<const config::Config> cfg) {
   for (auto& ls : bound) {
     listeners_[ls->key] = ls;
     start_accepting(ls);
-    SG_LOG_INFO("listener {} on {} (port {})", snap->listener(ls->key)->name, ls->address, ls->bound_port);
+    SG_LOG_INFO("listener {} on {} (port {}){}", snap->listener(ls->key)->name, ls->address, ls->bound_port,
+                ls->inherited ? " on an inherited socket" : "");
   }
   publish_listeners();
   health_.start(snap->clusters);
@@ -234,7 +234,8 @@ std::string Gateway::reload(std::shared_ptr<const config::Config> cfg) {
   for (auto& ls : added) {
     listeners_[ls->key] = ls;
     start_accepting(ls);
-    SG_LOG_INFO("listener {} on {} (port {})", snap->listener(ls->key)->name, ls->address, ls->bound_port);
+    SG_LOG_INFO("listener {} on {} (port {}){}", snap->listener(ls->key)->name, ls->address, ls->bound_port,
+                ls->inherited ? " on an inherited socket" : "");
   }
   for (auto it = listeners_.begin(); it != listeners_.end();) {
     if (snap->listener(it->first) == nullptr) {

@@ -29,6 +29,7 @@
 #include "exec/notify.h"
 #include "exec/runtime.h"
 #include "exec/semaphore.h"
+#include "io/inherited.h"
 #include "io/reactor.h"
 #include "io/tcp.h"
 #include "proxy/load_shedder.h"
@@ -62,6 +63,7 @@ struct ListenerState {
   std::string address;  // host:port as configured
   std::optional<io::TcpListener> listener;
   uint16_t bound_port = 0;
+  bool inherited = false;  // adopted from socket activation instead of bound here
   exec::JoinHandle<void> accept_task;
   std::atomic<bool> stopping{false};
   exec::Notify slot_freed;  // a connection closed (for on_max_connections: backlog)
@@ -99,6 +101,9 @@ class Gateway {
   GatewayStats& stats() { return stats_; }
   LoadShedder& shedder() { return shedder_; }
   io::Runtime& runtime() { return rt_; }
+  // Sockets inherited at startup (socket activation) that listeners adopt by address.
+  void set_inherited(io::InheritedSockets* s) { inherited_ = s; }
+  io::InheritedSockets* inherited() const { return inherited_; }
   std::size_t active_sessions() const;
   // Bound ports by listener address (for tests and logs; port 0 in the config = picked).
   std::vector<std::pair<std::string, uint16_t>> bound_listeners() const;
@@ -117,6 +122,7 @@ class Gateway {
   void apply_shedding(const config::LimitsSection& lim);
 
   io::Runtime& rt_;
+  io::InheritedSockets* inherited_ = nullptr;
   std::atomic<std::shared_ptr<const Snapshot>> snap_;
   upstream::HealthChecker health_;
   // Listener states readable without control_mu_ (the admin endpoint runs on a worker and

@@ -90,10 +90,24 @@ class Upstream:
         raise RuntimeError("upstream could not restart")
 
 
+def _place_fds(fds):
+    """A preexec_fn that moves `fds` to 3, 4, ... in the child (via high numbers first, so
+    that a descriptor already sitting in the target range is not overwritten early)."""
+    def place():
+        high = [os.dup2(fd, 200 + i) for i, fd in enumerate(fds)]
+        for i, fd in enumerate(high):
+            os.dup2(fd, 3 + i)
+        for fd in high:
+            os.close(fd)
+    return place
+
+
 class Stealgate:
     """The real stealgate binary with a YAML config written to a temp file."""
 
-    def __init__(self, config_yaml, env=None, wait_ready=True):
+    def __init__(self, config_yaml, env=None, wait_ready=True, inherit=None):
+        """`inherit`: [(name, socket)] handed over as systemd does (LISTEN_FDS protocol:
+        descriptors 3, 4, ... named by LISTEN_FDNAMES, LISTEN_PID the daemon's own pid)."""
         self.dir = tempfile.mkdtemp(prefix="sgtest-")
         self.config_path = os.path.join(self.dir, "stealgate.yaml")
         self.write_config(config_yaml)
@@ -103,8 +117,16 @@ class Stealgate:
         self.admin_port = None
         full_env = dict(os.environ)
         full_env.update(env or {})
-        self.proc = subprocess.Popen([BIN, "--config", self.config_path], stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True, env=full_env, errors="replace")
+        argv, extra = [BIN, "--config", self.config_path], {}
+        if inherit:
+            full_env["LISTEN_FDS"] = str(len(inherit))
+            full_env["LISTEN_FDNAMES"] = ":".join(name for name, _ in inherit)
+            # sh's pid is the daemon's once it execs: that is the LISTEN_PID systemd would set.
+            argv = ["/bin/sh", "-c", 'LISTEN_PID=$$; export LISTEN_PID; exec "$0" "$@"'] + argv
+            extra = {"pass_fds": tuple(range(3, 3 + len(inherit))),
+                     "preexec_fn": _place_fds([sock.fileno() for _, sock in inherit])}
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     env=full_env, errors="replace", **extra)
         RUNNING.append(self)
         self.reader = threading.Thread(target=self._read_log, daemon=True)
         self.reader.start()
@@ -352,8 +374,8 @@ class Client:
         self.sock.close()
 
 
-def request_once(port, method, path, headers=None, body=b"", host="test.local"):
-    c = Client(port)
+def request_once(port, method, path, headers=None, body=b"", host="test.local", timeout=10):
+    c = Client(port, timeout=timeout)
     try:
         r = c.request(method, path, (headers or []) + [("Connection", "close")], body, host)
         return r.status, r.headers, r.body

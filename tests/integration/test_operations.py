@@ -320,18 +320,37 @@ class SystemdUnitTest(unittest.TestCase):
         with open(os.path.join(ROOT, "deploy", "stealgate.service")) as f:
             unit = f.read()
         for key in ("Type=notify", "ExecReload=", "--check-config", "DynamicUser=yes", "ProtectSystem=strict",
-                    "NoNewPrivileges=yes", "CAP_NET_BIND_SERVICE", "LimitNOFILE="):
+                    "NoNewPrivileges=yes", "CAP_NET_BIND_SERVICE", "LimitNOFILE=",
+                    "Sockets=stealgate.socket stealgate-admin.socket"):
             self.assertIn(key, unit)
         d = tempfile.mkdtemp()
         unit = unit.replace("/usr/bin/stealgate", os.path.abspath(BIN))
-        path = os.path.join(d, "stealgate.service")
-        with open(path, "w") as f:
+        paths = [os.path.join(d, "stealgate.service")]
+        with open(paths[0], "w") as f:
             f.write(unit)
-        r = subprocess.run([tool, "verify", path], capture_output=True, text=True, timeout=60)
+        for name in ("stealgate.socket", "stealgate-admin.socket"):
+            shutil.copy(os.path.join(ROOT, "deploy", name), d)
+            paths.append(os.path.join(d, name))
+        r = subprocess.run([tool, "verify"] + paths, capture_output=True, text=True, timeout=60)
         problems = [l for l in (r.stdout + r.stderr).splitlines()
-                    if "stealgate.service" in l and "Documentation" not in l]
+                    if "stealgate" in l and "Documentation" not in l]
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertEqual(problems, [])
+
+    def test_socket_units_match_the_default_config(self):
+        # The shipped sockets and the shipped config must agree, or the service would
+        # refuse to start (the socket named "public" on another address is an error).
+        with open(os.path.join(ROOT, "config", "stealgate.yaml")) as f:
+            cfg = f.read()
+        for name, fd_name in (("stealgate.socket", "public"), ("stealgate-admin.socket", "admin")):
+            with open(os.path.join(ROOT, "deploy", name)) as f:
+                unit = f.read()
+            listen = re.search(r"^ListenStream=(\S+)$", unit, re.M).group(1)
+            self.assertIn(f"FileDescriptorName={fd_name}\n", unit)
+            if fd_name == "admin":
+                self.assertRegex(cfg, rf"(?m)^admin:\n  address: {re.escape(listen)}\b")
+            else:
+                self.assertRegex(cfg, rf"(?m)^  - name: {fd_name}\n    address: {re.escape(listen)}\b")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,124 @@
+#include "io/inherited.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace sg::io {
+
+namespace {
+
+std::string endpoint_text(const tcp::endpoint& ep) {
+  std::string addr = ep.address().to_string();
+  if (ep.address().is_v6()) addr = "[" + addr + "]";
+  return addr + ":" + std::to_string(ep.port());
+}
+
+// What is wrong with `fd` as a listening TCP socket ("" when nothing), and its address.
+std::string inspect(int fd, tcp::endpoint& local) {
+  int type = 0, listening = 0, protocol = 0;
+  socklen_t len = sizeof(int);
+  if (::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0) return std::strerror(errno);
+  len = sizeof(int);
+  if (::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0) return std::strerror(errno);
+  len = sizeof(int);
+  if (::getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &protocol, &len) != 0) return std::strerror(errno);
+  socklen_t alen = static_cast<socklen_t>(local.capacity());
+  if (::getsockname(fd, local.data(), &alen) != 0) return std::strerror(errno);
+  local.resize(alen);
+  const int family = local.data()->sa_family;
+  if (type != SOCK_STREAM || protocol != IPPROTO_TCP || (family != AF_INET && family != AF_INET6)) {
+    return "not a TCP socket (only TCP listeners can be inherited)";
+  }
+  if (listening == 0) return "not listening";
+  return "";
+}
+
+}  // namespace
+
+InheritedSockets::~InheritedSockets() { close_unclaimed(); }
+
+std::string InheritedSockets::adopt(int first, int count, const std::vector<std::string>& names) {
+  std::lock_guard lk(mu_);
+  for (int i = 0; i < count; ++i) {
+    Socket s;
+    s.fd = first + i;
+    if (static_cast<std::size_t>(i) < names.size()) s.name = names[static_cast<std::size_t>(i)];
+    std::string why = inspect(s.fd, s.local);
+    if (!why.empty()) {
+      return "inherited descriptor " + std::to_string(s.fd) + (s.name.empty() ? "" : " (\"" + s.name + "\")") +
+             ": " + why;
+    }
+    socks_.push_back(std::move(s));
+  }
+  return "";
+}
+
+int InheritedSockets::claim(const std::string& name, const tcp::endpoint& ep, std::string& err) {
+  std::lock_guard lk(mu_);
+  for (Socket& s : socks_) {
+    if (s.fd < 0 || !s.claimed_by.empty() || s.local != ep) continue;
+    s.claimed_by = name;
+    return s.fd;
+  }
+  for (const Socket& s : socks_) {
+    if (s.name != name || !s.claimed_by.empty() || s.fd < 0) continue;
+    err = "the inherited socket named \"" + name + "\" listens on " + endpoint_text(s.local) + ", not on " +
+          endpoint_text(ep) + "; make the socket unit's ListenStream= and the listener's address agree";
+    return -1;
+  }
+  return -1;
+}
+
+std::vector<std::string> InheritedSockets::close_unclaimed() {
+  std::lock_guard lk(mu_);
+  std::vector<std::string> closed;
+  for (Socket& s : socks_) {
+    if (s.fd < 0 || !s.claimed_by.empty()) continue;
+    ::close(s.fd);
+    closed.push_back(describe(s));
+    s.fd = -1;
+  }
+  return closed;
+}
+
+Listening listen_on(asio::io_context& ctx, InheritedSockets* inherited, const std::string& name, tcp::endpoint ep,
+                    const ListenOptions& opts) {
+  Listening out;
+  if (inherited != nullptr) {
+    int fd = inherited->claim(name, ep, out.error);
+    if (!out.error.empty()) return out;
+    if (fd >= 0) {
+      auto adopted = TcpListener::adopt(ctx, fd);
+      if (!adopted.ok()) {
+        out.error = "cannot adopt the inherited socket for " + endpoint_text(ep) + ": " + adopted.error().message();
+        return out;
+      }
+      out.listener.emplace(std::move(*adopted));
+      out.inherited = true;
+      return out;
+    }
+  }
+  auto bound = TcpListener::bind(ctx, ep, opts);
+  if (!bound.ok()) {
+    out.error = "cannot listen on " + endpoint_text(ep) + ": " + bound.error().message();
+    return out;
+  }
+  out.listener.emplace(std::move(*bound));
+  return out;
+}
+
+std::size_t InheritedSockets::size() const {
+  std::lock_guard lk(mu_);
+  return socks_.size();
+}
+
+std::string InheritedSockets::describe(const Socket& s) {
+  return (s.name.empty() ? std::string("descriptor ") + std::to_string(s.fd) : "\"" + s.name + "\"") + " on " +
+         endpoint_text(s.local);
+}
+
+}  // namespace sg::io
