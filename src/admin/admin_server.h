@@ -27,6 +27,7 @@ class AdminServer {
   void stop();
   uint16_t port() const { return port_; }
   bool inherited() const { return inherited_; }  // serving on an inherited socket
+  int native_handle() const { return listener_ && listener_->is_open() ? listener_->native_handle() : -1; }
 
  private:
   proxy::Gateway& gw_;

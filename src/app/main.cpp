@@ -17,6 +17,7 @@
 
 #include "admin/admin_server.h"
 #include "app/options.h"
+#include "app/upgrade.h"
 #include "common/log.h"
 #include "config/loader.h"
 #include "io/inherited.h"
@@ -81,7 +82,37 @@ void log_errors(const config::LoadResult& r) {
   for (const auto& e : r.errors) SG_LOG_ERROR("{}", e.to_string());
 }
 
-int run(const app::Options& opts) {
+// Every listening socket, named as its listener (the admin endpoint as "admin").
+std::vector<app::HandedSocket> listening_sockets(proxy::Gateway& gw, const admin::AdminServer& admin) {
+  std::vector<app::HandedSocket> out;
+  auto snap = gw.snapshot();
+  for (const auto& ls : gw.listener_states()) {
+    if (!ls->listener || !ls->listener->is_open() || ls->stopping.load()) continue;
+    const config::ListenerSection* l = snap ? snap->listener(ls->key) : nullptr;
+    out.push_back({ls->listener->native_handle(), l != nullptr ? l->name : ls->key});
+  }
+  if (admin.native_handle() >= 0) out.push_back({admin.native_handle(), "admin"});
+  return out;
+}
+
+// SIGUSR2: hands the sockets to a new copy of the binary. True when it serves (this
+// process then drains and exits); false when it failed (this process keeps serving).
+bool hand_over(proxy::Gateway& gw, const admin::AdminServer& admin, const std::string& binary,
+               const std::vector<std::string>& argv) {
+  SG_LOG_INFO("binary upgrade: starting {}", binary);
+  app::Successor next = app::start_successor(binary, argv, listening_sockets(gw, admin), std::chrono::seconds(30));
+  if (!next.error.empty()) {
+    SG_LOG_ERROR("binary upgrade failed: {}; this process keeps serving", next.error);
+    return false;
+  }
+  SG_LOG_INFO("binary upgrade: new process {} is serving; this one drains and exits", next.pid);
+  notify("MAINPID=" + std::to_string(next.pid) + "\nSTATUS=handed over to pid " + std::to_string(next.pid));
+  return true;
+}
+
+int run(const app::Options& opts, const std::vector<std::string>& argv) {
+  // Where a binary upgrade finds the new binary: this path, read before it is replaced.
+  const std::string binary = app::own_binary_path();
   config::LoadResult loaded = config::load_file(opts.config_path);
   if (!loaded.ok()) {
     std::cerr << loaded.error_text();
@@ -95,7 +126,7 @@ int run(const app::Options& opts) {
   // thread with the default (terminate) disposition.
   sigset_t set;
   sigemptyset(&set);
-  for (int s : {SIGHUP, SIGTERM, SIGINT, SIGUSR1}) sigaddset(&set, s);
+  for (int s : {SIGHUP, SIGTERM, SIGINT, SIGUSR1, SIGUSR2}) sigaddset(&set, s);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
   log::setup(log_options(cfg->logging));
@@ -137,6 +168,7 @@ int run(const app::Options& opts) {
   for (const std::string& s : inherited.close_unclaimed()) {
     SG_LOG_WARN("inherited socket {} matches no listener: closed", s);
   }
+  app::report_ready_to_predecessor();
   SG_LOG_INFO("stealgate {} started: {} workers, {} listener(s), {} route(s), {} cluster(s)", STEALGATE_VERSION,
               rt->exec().config().worker_threads, cfg->listeners.size(), cfg->routes.size(), cfg->clusters.size());
   notify("READY=1\nSTATUS=serving " + std::to_string(cfg->routes.size()) + " routes");
@@ -149,6 +181,7 @@ int run(const app::Options& opts) {
       SG_LOG_INFO("log files reopened");
       continue;
     }
+    if (sig == SIGUSR2 && !hand_over(*gw, *admin, binary, argv)) continue;
     if (sig == SIGHUP) {
       notify("RELOADING=1\nMONOTONIC_USEC=" + std::to_string(monotonic_usec()) + "\nSTATUS=reloading");
       config::LoadResult next = config::load_file(opts.config_path);
@@ -190,7 +223,8 @@ int run(const app::Options& opts) {
       continue;
     }
     // SIGTERM / SIGINT: graceful drain; a second signal forces the exit.
-    SG_LOG_INFO("received {}, draining (up to {}ms; send it again to force)", sig == SIGTERM ? "SIGTERM" : "SIGINT",
+    SG_LOG_INFO("received {}, draining (up to {}ms; send it again to force)",
+                sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "SIGUSR2 (binary upgrade)",
                 cfg->drain_timeout.count());
     notify("STOPPING=1\nSTATUS=draining");
     gw->begin_drain();
@@ -266,5 +300,5 @@ int main(int argc, char** argv) {
     case app::Options::Mode::kRun:
       break;
   }
-  return run(opts);
+  return run(opts, std::vector<std::string>(argv, argv + argc));
 }

@@ -59,8 +59,13 @@ std::string InheritedSockets::adopt(int first, int count, const std::vector<std:
 
 int InheritedSockets::claim(const std::string& name, const tcp::endpoint& ep, std::string& err) {
   std::lock_guard lk(mu_);
+  // Port 0 in the config means "any port": the socket of that name on that host is it
+  // (what a binary upgrade hands over for a listener whose port was picked at bind).
+  auto matches = [&](const Socket& s) {
+    return s.local == ep || (ep.port() == 0 && s.name == name && s.local.address() == ep.address());
+  };
   for (Socket& s : socks_) {
-    if (s.fd < 0 || !s.claimed_by.empty() || s.local != ep) continue;
+    if (s.fd < 0 || !s.claimed_by.empty() || !matches(s)) continue;
     s.claimed_by = name;
     return s.fd;
   }

@@ -4,7 +4,8 @@
 // binding one itself, so the kernel keeps queueing connections while stealgate restarts.
 //
 // Matching, per config listener: the inherited socket whose local address is the
-// listener's address (exact ip:port). Failing that, a socket that carries the listener's
+// listener's address (exact ip:port; for port 0, the one named after the listener on
+// that host). Failing that, a socket that carries the listener's
 // name but listens elsewhere is an error (the socket unit and the config disagree, and
 // binding anyway would serve on an address nobody asked for). Otherwise the listener
 // binds its own socket. Sockets no listener claims at startup are closed.

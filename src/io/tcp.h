@@ -100,6 +100,7 @@ class TcpListener {
   tcp::endpoint local_endpoint() const;
   void close();
   bool is_open() const { return acceptor_ && acceptor_->is_open(); }
+  int native_handle() { return acceptor_->native_handle(); }
 
  private:
   explicit TcpListener(Acceptor a) : acceptor_(std::move(a)) {}

@@ -300,9 +300,10 @@ std::vector<std::shared_ptr<ListenerState>> Gateway::listener_states() const {
 }
 
 std::shared_ptr<SessionEntry> Gateway::register_session() {
+  // Accepted even while draining begins (the accept raced the listener's close): fresh,
+  // so its first request is still answered.
   auto e = std::make_shared<SessionEntry>();
   std::lock_guard lk(sessions_mu_);
-  if (draining()) e->state.store(SessionEntry::kClosing);
   sessions_.push_back(e);
   return e;
 }

@@ -71,9 +71,13 @@ struct ListenerState {
 };
 
 // One live downstream connection, registered so that drain can close idle ones.
+// kFresh: accepted, its first request not begun. Drain leaves it be (the client has sent,
+// or is about to send, a request it cannot know to retry: it gets its answer, with
+// Connection: close, or header_timeout); kIdle, between requests on a keep-alive
+// connection, is what drain closes (a client may retry an idempotent request then).
 struct SessionEntry {
-  enum State : int { kIdle = 0, kBusy = 1, kClosing = 2 };
-  std::atomic<int> state{kIdle};
+  enum State : int { kIdle = 0, kBusy = 1, kClosing = 2, kFresh = 3 };
+  std::atomic<int> state{kFresh};
   exec::JoinHandle<void> task;  // set under the registry lock after spawning
 };
 

@@ -356,7 +356,7 @@ exec::Task<void> serve_connection(Gateway& gw, std::shared_ptr<ListenerState> ls
     // After a response the client needs a round trip before its next request arrives;
     // the first request usually comes with the connection.
     http::HeadRead hr = co_await reader.read_head(first_byte, lcfg->header_timeout, nullptr, /*wait_first=*/!first);
-    int expected = SessionEntry::kIdle;
+    int expected = first ? SessionEntry::kFresh : SessionEntry::kIdle;
     if (!entry->state.compare_exchange_strong(expected, SessionEntry::kBusy)) break;  // drain closed us
     if (!co_await serve_request(gw, *ls, hr, client, reader, peer, peer_ip, lsnap, lcfg)) break;
     entry->state.store(SessionEntry::kIdle, std::memory_order_release);

@@ -105,7 +105,7 @@ def _place_fds(fds):
 class Stealgate:
     """The real stealgate binary with a YAML config written to a temp file."""
 
-    def __init__(self, config_yaml, env=None, wait_ready=True, inherit=None):
+    def __init__(self, config_yaml, env=None, wait_ready=True, inherit=None, binary=None):
         """`inherit`: [(name, socket)] handed over as systemd does (LISTEN_FDS protocol:
         descriptors 3, 4, ... named by LISTEN_FDNAMES, LISTEN_PID the daemon's own pid)."""
         self.dir = tempfile.mkdtemp(prefix="sgtest-")
@@ -117,7 +117,7 @@ class Stealgate:
         self.admin_port = None
         full_env = dict(os.environ)
         full_env.update(env or {})
-        argv, extra = [BIN, "--config", self.config_path], {}
+        argv, extra = [binary or BIN, "--config", self.config_path], {}
         if inherit:
             full_env["LISTEN_FDS"] = str(len(inherit))
             full_env["LISTEN_FDNAMES"] = ":".join(name for name, _ in inherit)
