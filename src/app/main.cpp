@@ -110,154 +110,169 @@ bool hand_over(proxy::Gateway& gw, const admin::AdminServer& admin, const std::s
   return true;
 }
 
-int run(const app::Options& opts, const std::vector<std::string>& argv) {
+// The running daemon: what the control loop on the main thread acts on.
+class Daemon {
+ public:
+  Daemon(const app::Options& opts, std::vector<std::string> argv, std::shared_ptr<const config::Config> cfg,
+         const sigset_t& signals)
+      : opts_(opts), argv_(std::move(argv)), binary_(app::own_binary_path()), cfg_(std::move(cfg)),
+        signals_(signals) {}
+
+  // Inherits sockets, starts the runtime, the gateway and the admin endpoint; "" or why not.
+  std::string start() {
+    if (std::string err = inherit_sockets(inherited_); !err.empty()) return err;
+    if (inherited_.size() != 0) SG_LOG_INFO("{} inherited listening socket(s)", inherited_.size());
+    rt_ = std::make_unique<io::Runtime>(runtime_config(cfg_->runtime));
+    gw_ = std::make_unique<proxy::Gateway>(*rt_);
+    gw_->set_inherited(&inherited_);
+    if (std::string err = gw_->start(cfg_); !err.empty()) return err;
+    if (std::string err = start_admin(cfg_->admin); !err.empty()) return err;
+    for (const std::string& s : inherited_.close_unclaimed()) {
+      SG_LOG_WARN("inherited socket {} matches no listener: closed", s);
+    }
+    app::report_ready_to_predecessor();
+    SG_LOG_INFO("stealgate {} started: {} workers, {} listener(s), {} route(s), {} cluster(s)", STEALGATE_VERSION,
+                rt_->exec().config().worker_threads, cfg_->listeners.size(), cfg_->routes.size(),
+                cfg_->clusters.size());
+    notify("READY=1\nSTATUS=serving " + std::to_string(cfg_->routes.size()) + " routes");
+    return "";
+  }
+
+  // Takes signals until one ends the process: reload, log reopening, binary upgrade, drain.
+  void serve() {
+    for (;;) {
+      int sig = 0;
+      if (sigwait(&signals_, &sig) != 0) continue;
+      if (sig == SIGUSR1) {
+        log::reopen();
+        SG_LOG_INFO("log files reopened");
+        continue;
+      }
+      if (sig == SIGHUP) {
+        reload();
+        continue;
+      }
+      if (sig == SIGUSR2 && !hand_over(*gw_, *admin_, binary_, argv_)) continue;
+      drain(sig);
+      return;
+    }
+  }
+
+  // Tears down in dependency order (also after a failed start).
+  ~Daemon() {
+    if (admin_) admin_->stop();
+    admin_.reset();
+    gw_.reset();
+    if (rt_) rt_->shutdown();
+    rt_.reset();
+  }
+
+ private:
+  std::string start_admin(const config::AdminSection& a) {
+    admin_ = std::make_unique<admin::AdminServer>(*gw_);
+    admin_cfg_ = a;
+    if (!a.enabled) return "";
+    if (std::string err = admin_->start(a.address); !err.empty()) return err;
+    SG_LOG_INFO("admin endpoint on {} (port {}): /metrics /healthz /ready /config{}", a.address.text(),
+                admin_->port(), admin_->inherited() ? " (inherited socket)" : "");
+    return "";
+  }
+
+  void reload() {
+    notify("RELOADING=1\nMONOTONIC_USEC=" + std::to_string(monotonic_usec()) + "\nSTATUS=reloading");
+    config::LoadResult next = config::load_file(opts_.config_path);
+    std::string err;
+    if (!next.ok()) {
+      log_errors(next);
+      gw_->stats().reloads_failed.fetch_add(1);
+      err = opts_.config_path + " has " + std::to_string(next.errors.size()) + " error(s)";
+    } else {
+      err = gw_->reload(next.config);
+    }
+    if (!err.empty()) {
+      SG_LOG_ERROR("reload rejected: {}; the previous configuration keeps serving", err);
+      notify("READY=1\nSTATUS=reload failed; previous configuration serving");
+      return;
+    }
+    const config::Config& c = *next.config;
+    if (c.runtime.worker_threads != cfg_->runtime.worker_threads || c.runtime.coop_budget != cfg_->runtime.coop_budget) {
+      SG_LOG_WARN("runtime settings changed; they take effect after a restart");
+    }
+    log::setup(log_options(c.logging));
+    if (c.admin.enabled != admin_cfg_.enabled || c.admin.address.text() != admin_cfg_.address.text()) {
+      admin_->stop();
+      if (std::string e = start_admin(c.admin); !e.empty()) SG_LOG_ERROR("{}", e);
+    }
+    cfg_ = next.config;
+    SG_LOG_INFO("configuration reloaded: {} route(s), {} cluster(s), {} listener(s)", c.routes.size(),
+                c.clusters.size(), c.listeners.size());
+    notify("READY=1\nSTATUS=serving " + std::to_string(c.routes.size()) + " routes");
+  }
+
+  // SIGTERM / SIGINT, or a finished hand-over: graceful drain; a second signal forces it.
+  void drain(int sig) {
+    SG_LOG_INFO("received {}, draining (up to {}ms; send it again to force)",
+                sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "SIGUSR2 (binary upgrade)",
+                cfg_->drain_timeout.count());
+    notify("STOPPING=1\nSTATUS=draining");
+    gw_->begin_drain();
+    auto deadline = std::chrono::steady_clock::now() + cfg_->drain_timeout;
+    while (!gw_->wait_drained(std::chrono::milliseconds(50))) {
+      timespec zero{0, 0};
+      int again = sigtimedwait(&signals_, nullptr, &zero);
+      const bool second = again == SIGTERM || again == SIGINT;
+      if (!second && std::chrono::steady_clock::now() < deadline) continue;
+      SG_LOG_WARN("{}: closing {} connection(s) now", second ? "second signal" : "drain timeout",
+                  gw_->active_sessions());
+      gw_->abort_sessions();
+      gw_->wait_drained(std::chrono::milliseconds(2000));
+      return;
+    }
+  }
+
+  const app::Options& opts_;
+  const std::vector<std::string> argv_;
   // Where a binary upgrade finds the new binary: this path, read before it is replaced.
-  const std::string binary = app::own_binary_path();
+  const std::string binary_;
+  std::shared_ptr<const config::Config> cfg_;
+  sigset_t signals_;
+  io::InheritedSockets inherited_;  // outlives the gateway: reloads may still adopt from it
+  std::unique_ptr<io::Runtime> rt_;
+  std::unique_ptr<proxy::Gateway> gw_;
+  std::unique_ptr<admin::AdminServer> admin_;
+  config::AdminSection admin_cfg_;
+};
+
+int run(const app::Options& opts, const std::vector<std::string>& argv) {
   config::LoadResult loaded = config::load_file(opts.config_path);
   if (!loaded.ok()) {
     std::cerr << loaded.error_text();
     std::cerr << "stealgate: configuration " << opts.config_path << " is invalid; not starting\n";
     return 1;
   }
-  std::shared_ptr<const config::Config> cfg = loaded.config;
-
   // Before any thread exists (the log backend is the first): every thread inherits this
-  // mask, so these signals are only ever taken by sigwait below, never delivered to a
-  // thread with the default (terminate) disposition.
+  // mask, so these signals are only ever taken by sigwait, never delivered to a thread
+  // with the default (terminate) disposition.
   sigset_t set;
   sigemptyset(&set);
   for (int s : {SIGHUP, SIGTERM, SIGINT, SIGUSR1, SIGUSR2}) sigaddset(&set, s);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
-  log::setup(log_options(cfg->logging));
-
-  io::InheritedSockets inherited;  // outlives the gateway: reloads may still adopt from it
-  if (std::string err = inherit_sockets(inherited); !err.empty()) {
-    SG_LOG_ERROR("startup failed: {}", err);
-    std::cerr << "stealgate: " << err << "\n";
-    log::shutdown();
-    return 1;
-  }
-  if (inherited.size() != 0) SG_LOG_INFO("{} inherited listening socket(s)", inherited.size());
-  auto rt = std::make_unique<io::Runtime>(runtime_config(cfg->runtime));
-  auto gw = std::make_unique<proxy::Gateway>(*rt);
-  gw->set_inherited(&inherited);
-  if (std::string err = gw->start(cfg); !err.empty()) {
-    SG_LOG_ERROR("startup failed: {}", err);
-    std::cerr << "stealgate: " << err << "\n";
-    gw.reset();
-    rt.reset();
-    log::shutdown();
-    return 1;
-  }
-  auto admin = std::make_unique<admin::AdminServer>(*gw);
-  config::AdminSection admin_cfg = cfg->admin;
-  if (admin_cfg.enabled) {
-    if (std::string err = admin->start(admin_cfg.address); !err.empty()) {
+  log::setup(log_options(loaded.config->logging));
+  int rc = 0;
+  {
+    Daemon d(opts, argv, loaded.config, set);
+    if (std::string err = d.start(); !err.empty()) {
       SG_LOG_ERROR("startup failed: {}", err);
       std::cerr << "stealgate: " << err << "\n";
-      admin.reset();
-      gw.reset();
-      rt.reset();
-      log::shutdown();
-      return 1;
+      rc = 1;
+    } else {
+      d.serve();
     }
-    SG_LOG_INFO("admin endpoint on {} (port {}): /metrics /healthz /ready /config{}", admin_cfg.address.text(),
-                admin->port(), admin->inherited() ? " (inherited socket)" : "");
   }
-  for (const std::string& s : inherited.close_unclaimed()) {
-    SG_LOG_WARN("inherited socket {} matches no listener: closed", s);
-  }
-  app::report_ready_to_predecessor();
-  SG_LOG_INFO("stealgate {} started: {} workers, {} listener(s), {} route(s), {} cluster(s)", STEALGATE_VERSION,
-              rt->exec().config().worker_threads, cfg->listeners.size(), cfg->routes.size(), cfg->clusters.size());
-  notify("READY=1\nSTATUS=serving " + std::to_string(cfg->routes.size()) + " routes");
-
-  for (;;) {
-    int sig = 0;
-    if (sigwait(&set, &sig) != 0) continue;
-    if (sig == SIGUSR1) {
-      log::reopen();
-      SG_LOG_INFO("log files reopened");
-      continue;
-    }
-    if (sig == SIGUSR2 && !hand_over(*gw, *admin, binary, argv)) continue;
-    if (sig == SIGHUP) {
-      notify("RELOADING=1\nMONOTONIC_USEC=" + std::to_string(monotonic_usec()) + "\nSTATUS=reloading");
-      config::LoadResult next = config::load_file(opts.config_path);
-      if (!next.ok()) {
-        log_errors(next);
-        gw->stats().reloads_failed.fetch_add(1);
-        SG_LOG_ERROR("reload rejected: {} has {} error(s); the previous configuration keeps serving",
-                     opts.config_path, next.errors.size());
-        notify("READY=1\nSTATUS=reload failed; previous configuration serving");
-        continue;
-      }
-      if (std::string err = gw->reload(next.config); !err.empty()) {
-        SG_LOG_ERROR("reload rejected: {}; the previous configuration keeps serving", err);
-        notify("READY=1\nSTATUS=reload failed; previous configuration serving");
-        continue;
-      }
-      if (next.config->runtime.worker_threads != cfg->runtime.worker_threads ||
-          next.config->runtime.coop_budget != cfg->runtime.coop_budget) {
-        SG_LOG_WARN("runtime settings changed; they take effect after a restart");
-      }
-      log::setup(log_options(next.config->logging));
-      if (next.config->admin.enabled != admin_cfg.enabled || next.config->admin.address.text() != admin_cfg.address.text()) {
-        admin->stop();
-        admin = std::make_unique<admin::AdminServer>(*gw);
-        admin_cfg = next.config->admin;
-        if (admin_cfg.enabled) {
-          if (std::string err = admin->start(admin_cfg.address); !err.empty()) {
-            SG_LOG_ERROR("{}", err);
-          } else {
-            SG_LOG_INFO("admin endpoint on {} (port {}): /metrics /healthz /ready /config{}", admin_cfg.address.text(),
-                        admin->port(), admin->inherited() ? " (inherited socket)" : "");
-          }
-        }
-      }
-      cfg = next.config;
-      SG_LOG_INFO("configuration reloaded: {} route(s), {} cluster(s), {} listener(s)", cfg->routes.size(),
-                  cfg->clusters.size(), cfg->listeners.size());
-      notify("READY=1\nSTATUS=serving " + std::to_string(cfg->routes.size()) + " routes");
-      continue;
-    }
-    // SIGTERM / SIGINT: graceful drain; a second signal forces the exit.
-    SG_LOG_INFO("received {}, draining (up to {}ms; send it again to force)",
-                sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "SIGUSR2 (binary upgrade)",
-                cfg->drain_timeout.count());
-    notify("STOPPING=1\nSTATUS=draining");
-    gw->begin_drain();
-    auto deadline = std::chrono::steady_clock::now() + cfg->drain_timeout;
-    bool forced = false;
-    while (!gw->wait_drained(std::chrono::milliseconds(50))) {
-      timespec zero{0, 0};
-      int again = sigtimedwait(&set, nullptr, &zero);
-      if (again == SIGTERM || again == SIGINT) {
-        forced = true;
-        SG_LOG_WARN("second signal: closing {} connection(s) now", gw->active_sessions());
-        break;
-      }
-      if (std::chrono::steady_clock::now() >= deadline) {
-        forced = true;
-        SG_LOG_WARN("drain timeout: closing {} connection(s)", gw->active_sessions());
-        break;
-      }
-    }
-    if (forced) {
-      gw->abort_sessions();
-      gw->wait_drained(std::chrono::milliseconds(2000));
-    }
-    break;
-  }
-  admin->stop();
-  admin.reset();
-  gw.reset();
-  rt->shutdown();
-  rt.reset();
-  SG_LOG_INFO("stopped");
+  if (rc == 0) SG_LOG_INFO("stopped");
   log::shutdown();
-  return 0;
+  return rc;
 }
 
 }  // namespace

@@ -15,17 +15,14 @@
 #include "exec/scheduler.h"
 #include "exec/semaphore.h"
 #include "exec/timers.h"
+#include "../support/workers.h"
 
 namespace sg::exec {
 namespace {
 
 using namespace std::chrono_literals;
 
-RuntimeConfig workers(std::size_t n) {
-  RuntimeConfig c;
-  c.worker_threads = n;
-  return c;
-}
+using sg::testing::workers;
 
 TEST(TimerStress, SleepsRacingForeignCancellation) {
   Runtime rt(workers(2));

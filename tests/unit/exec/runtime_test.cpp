@@ -16,17 +16,14 @@
 
 #include "exec/notify.h"
 #include "../../support/eventually.h"
+#include "../../support/workers.h"
 
 namespace sg::exec {
 namespace {
 
 using namespace std::chrono_literals;
 
-RuntimeConfig workers(std::size_t n) {
-  RuntimeConfig c;
-  c.worker_threads = n;
-  return c;
-}
+using sg::testing::workers;
 
 using sg::testing::eventually;
 

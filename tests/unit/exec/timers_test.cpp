@@ -16,6 +16,7 @@
 #include "exec/runtime.h"
 #include "exec/scheduler.h"
 #include "../../support/eventually.h"
+#include "../../support/workers.h"
 
 namespace sg::exec {
 namespace {
@@ -23,11 +24,7 @@ namespace {
 using namespace std::chrono_literals;
 using sg::testing::eventually;
 
-RuntimeConfig workers(std::size_t n) {
-  RuntimeConfig c;
-  c.worker_threads = n;
-  return c;
-}
+using sg::testing::workers;
 
 Timers& timers_of(Runtime& rt) { return rt.handle().scheduler()->timers(); }
 
