@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Installs exactly the Debian 12 packages stealgate needs that are missing; idempotent.
 #   scripts/setup.sh          build + run dependencies
+#   scripts/setup.sh --package  also what scripts/package.sh needs (dpkg-shlibdeps, lintian)
 #   scripts/setup.sh --test   also what the test suites need (prometheus for promtool
-#                             and the scrape test, systemd for systemd-analyze)
+#                             and the scrape test, systemd for systemd-analyze, clang for
+#                             the fuzzers, and the packaging tools: the test command
+#                             builds, installs and removes the .deb)
 set -euo pipefail
 
 packages=(
@@ -10,6 +13,9 @@ packages=(
   libasio-dev node-llhttp libspdlog-dev libfmt-dev libyaml-cpp-dev prometheus-cpp-dev
   libsystemd-dev libgtest-dev libgmock-dev libbenchmark-dev curl
 )
+if [[ "${1:-}" == --test || "${1:-}" == --package ]]; then
+  packages+=(dpkg-dev lintian man-db)
+fi
 if [[ "${1:-}" == --test ]]; then
   packages+=(prometheus systemd clang-14 libclang-rt-14-dev)
 fi

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets everything up and runs every test suite:
 #   1. build-test   (debugoptimized): unit, stress, integration and benchmark smoke tests
-#      build-release (scripts/run.sh's -O3 binary): builds, checks config/*.yaml
+#      build-release (scripts/run.sh's -O3 binary): builds, checks config/*.yaml, and
+#                   is packaged, linted, installed, checked and purged (scripts/package.sh)
 #   2. fuzz         (clang, libFuzzer + ASan/UBSan, build-fuzz): every target replays its
 #                   seeds and regressions, then fuzzes for STEALGATE_FUZZ_SECONDS (20) each
 #   3. soak         (release binary): scripts/soak.sh for STEALGATE_SOAK_SECONDS (60)
@@ -141,6 +142,9 @@ release_check() {
   for f in config/*.yaml tests/bench/*.yaml; do build-release/src/stealgate --check-config "$f" || return 1; done
 }
 run_step "release" release_check
+# The Debian package of that build: lintian without errors, then installed into this
+# machine, checked (version, config, units, man page, conffile across an upgrade) and purged.
+run_step "package" scripts/package.sh --check
 
 if ! skipping fuzz; then
   run_step "fuzz" scripts/fuzz.sh all "${STEALGATE_FUZZ_SECONDS:-20}"

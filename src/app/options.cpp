@@ -15,7 +15,9 @@ std::string usage() {
          "  -h, --help                print this help and exit\n"
          "\n"
          "Signals: SIGHUP reloads the configuration (an invalid file keeps the old one serving),\n"
-         "SIGUSR1 reopens the access log file, SIGTERM/SIGINT drain and exit (a second one forces it).\n"
+         "SIGUSR1 reopens the access log file, SIGUSR2 starts a new copy of the binary on the same\n"
+         "sockets and drains this one once it serves (binary upgrade), SIGTERM/SIGINT drain and exit\n"
+         "(a second one forces it).\n"
          "Admin endpoint (admin.address, default 127.0.0.1:9901): /metrics /healthz /ready /config\n";
 }
 

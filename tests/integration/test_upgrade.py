@@ -112,6 +112,15 @@ def new_pid(sg):
     return int(m.group(1)) if m else None
 
 
+def kill_if_alive(pid):
+    """Cleanup for a test that failed before stopping the new process: kill and reap it."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
+
+
 def stop_successor(pid):
     os.kill(pid, signal.SIGTERM)
     _, status = os.waitpid(pid, 0)
@@ -134,6 +143,7 @@ class BinaryUpgradeTest(unittest.TestCase):
         sg.proc.send_signal(signal.SIGUSR2)
         sg.wait_log(r"binary upgrade: new process \d+ is serving", 10 * TIMEOUT_SCALE)
         pid = new_pid(sg)
+        self.addCleanup(kill_if_alive, pid)
         self.assertNotEqual(pid, sg.proc.pid)
         # The old process drains (the slow request finishes on it) and exits cleanly.
         self.assertEqual(slow.read_response().status, 200, "the in-flight request was cut")
