@@ -1,11 +1,15 @@
-// The I/O driver seam. The executor knows nothing about sockets: a parked worker that wins
-// the driver blocks in it; completions it dispatches schedule tasks onto that worker.
-// src/io/ implements it with Asio's reactor.
+// The I/O driver seam. The executor knows nothing about sockets: a parked worker blocks in
+// its driver; completions it dispatches schedule tasks onto that worker. A runtime has one
+// driver shared by its workers (whoever parks first drives it: src/io's Asio reactor) or
+// one per worker, each driven by its worker alone (src/io's io_uring driver, a ring each).
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 
@@ -16,7 +20,8 @@ class Driver {
   virtual ~Driver() = default;
   // Blocks until at least one event is ready, unpark() is called or `timeout` (when
   // given) has passed, then dispatches up to `max_events` ready completions. Called by at
-  // most one thread at a time. Returns how many it dispatched.
+  // most one thread at a time (a per-worker driver: always its worker). Returns how many
+  // it dispatched.
   virtual uint32_t park(uint32_t max_events, std::optional<std::chrono::milliseconds> timeout) = 0;
   // Dispatches up to `max_events` ready completions without blocking; returns how many.
   virtual uint32_t poll(uint32_t max_events) = 0;
@@ -52,12 +57,17 @@ class SleepDriver final : public Driver {
   bool notified_ = false;
 };
 
-// The one driver shared by all workers of a runtime; whoever holds `lock` drives it and
-// the runtime's timers (exec/timers.h).
+// Makes worker `i`'s own driver, for a runtime whose workers each drive their own I/O.
+using DriverFactory = std::function<std::unique_ptr<Driver>(std::size_t worker)>;
+
+// What a worker parks in: the runtime's one shared driver (every worker's slot is the same
+// one, and whoever holds `lock` drives it and every timer), or the worker's own driver (its
+// own slot: the lock is never contended, and it drives its own timer shard).
 class Timers;
-struct SharedDriver {
+struct DriverSlot {
   Driver* driver = nullptr;  // the I/O driver, or a SleepDriver when there is no I/O
   Timers* timers = nullptr;
+  std::size_t timer_group = 0;  // the timers this slot's holder advances (Timers groups)
   std::mutex lock;
 };
 

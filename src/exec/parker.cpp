@@ -58,14 +58,14 @@ void Parker::park_driver(uint32_t max_events) {
     // are finite, so they cannot starve the I/O, while a steady stream of I/O could
     // starve deadlines, which are what bounds an overloaded gateway.
     const Clock::time_point now = Clock::now();
-    auto fired = static_cast<uint32_t>(timers.process(now, max_events));
+    auto fired = static_cast<uint32_t>(timers.process(now, max_events, driver_->timer_group));
     if (fired != 0) {
       driver_->driver->poll(max_events - fired);
     } else {
-      std::optional<std::chrono::milliseconds> timeout = timers.begin_park(now);
+      std::optional<std::chrono::milliseconds> timeout = timers.begin_park(now, driver_->timer_group);
       uint32_t n = driver_->driver->park(max_events, timeout);
-      timers.end_park();
-      if (n < max_events) timers.process(Clock::now(), max_events - n);
+      timers.end_park(driver_->timer_group);
+      if (n < max_events) timers.process(Clock::now(), max_events - n, driver_->timer_group);
     }
   }
   // Either still PARKED_DRIVER (woken by I/O) or NOTIFIED (woken by unpark): both end here.
@@ -76,7 +76,7 @@ bool Parker::poll_driver(uint32_t max_events) {
   if (!driver_->lock.try_lock()) return false;
   {
     DriverScope scope;
-    auto fired = static_cast<uint32_t>(driver_->timers->process(Clock::now(), max_events));
+    auto fired = static_cast<uint32_t>(driver_->timers->process(Clock::now(), max_events, driver_->timer_group));
     driver_->driver->poll(max_events - fired);
   }
   driver_->lock.unlock();

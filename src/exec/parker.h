@@ -1,6 +1,7 @@
-// Per-worker park/unpark (Tokio's park.rs). A parking worker try-locks the shared driver:
-// the winner blocks in the I/O driver (epoll) until I/O, an unpark or the next timer, and
-// fires due timers; the others sleep on their own condition variable.
+// Per-worker park/unpark (Tokio's park.rs). A parking worker try-locks its driver slot: the
+// winner blocks in the I/O driver until I/O, an unpark or the next timer, and fires due
+// timers; the others sleep on their own condition variable. With a driver per worker the
+// slot is the worker's own and the try-lock always wins.
 //
 // State machine (one atomic per worker):
 //   EMPTY -> PARKED_CONDVAR | PARKED_DRIVER   (the parking thread, by CAS)
@@ -23,7 +24,7 @@ namespace sg::exec {
 
 class Parker {
  public:
-  explicit Parker(SharedDriver* driver) : driver_(driver) {}
+  explicit Parker(DriverSlot* driver) : driver_(driver) {}
 
   // Sleeps until unpark(), or, when this thread wins the driver, until I/O is ready.
   // Returns true when this thread drove the I/O driver.
@@ -41,7 +42,7 @@ class Parker {
   std::atomic<uint32_t> state_{kEmpty};
   std::mutex mu_;
   std::condition_variable cv_;
-  SharedDriver* driver_;
+  DriverSlot* driver_;
 };
 
 }  // namespace sg::exec

@@ -122,6 +122,11 @@ class Runtime {
       : s_(std::make_unique<Scheduler>(cfg, std::move(driver))) {
     s_->start();
   }
+  // A runtime whose workers each drive their own I/O driver, made by `per_worker`.
+  Runtime(RuntimeConfig cfg, DriverFactory per_worker)
+      : s_(std::make_unique<Scheduler>(cfg, nullptr, std::move(per_worker))) {
+    s_->start();
+  }
   ~Runtime() { Scheduler::release(std::move(s_)); }
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;

@@ -46,12 +46,24 @@ void Scheduler::release(std::unique_ptr<Scheduler> s) {
   g_zombies->push_back(std::move(s));
 }
 
-Scheduler::Scheduler(const RuntimeConfig& cfg, std::unique_ptr<Driver> driver)
-    : cfg_(resolve(cfg)), driver_owner_(std::move(driver)), timers_(cfg_.worker_threads), idle_(cfg_.worker_threads) {
-  if (!driver_owner_) sleep_driver_ = std::make_unique<SleepDriver>();
-  driver_.driver = driver_owner_ ? driver_owner_.get() : sleep_driver_.get();
-  driver_.timers = &timers_;
-  timers_.set_driver(driver_.driver);
+Scheduler::Scheduler(const RuntimeConfig& cfg, std::unique_ptr<Driver> driver, DriverFactory per_worker)
+    : cfg_(resolve(cfg)), per_worker_drivers_(static_cast<bool>(per_worker)),
+      slots_(std::make_unique<DriverSlot[]>(per_worker ? cfg_.worker_threads : 1)),
+      timers_(cfg_.worker_threads, per_worker ? cfg_.worker_threads : 1), idle_(cfg_.worker_threads) {
+  if (per_worker) {
+    for (std::size_t i = 0; i < cfg_.worker_threads; ++i) drivers_.push_back(per_worker(i));
+  } else if (driver) {
+    drivers_.push_back(std::move(driver));
+  } else {
+    sleep_driver_ = std::make_unique<SleepDriver>();
+  }
+  const std::size_t num_slots = per_worker_drivers_ ? cfg_.worker_threads : 1;
+  for (std::size_t i = 0; i < num_slots; ++i) {
+    slots_[i].driver = drivers_.empty() ? sleep_driver_.get() : drivers_[i].get();
+    slots_[i].timers = &timers_;
+    slots_[i].timer_group = i;
+    timers_.set_driver(i, slots_[i].driver);
+  }
   live_ = std::make_unique<LiveSlot[]>(cfg_.worker_threads + 1);
   workers_.reserve(cfg_.worker_threads);
   for (std::size_t i = 0; i < cfg_.worker_threads; ++i) {
@@ -68,6 +80,13 @@ void Scheduler::start() {
 }
 
 bool Scheduler::is_worker_thread() const { return tl_ctx.scheduler == this; }
+
+Driver* Scheduler::driver() {
+  if (drivers_.empty()) return nullptr;
+  const ThreadContext& c = tl_ctx;
+  if (per_worker_drivers_ && c.scheduler == this && c.worker != nullptr) return drivers_[c.worker_index].get();
+  return drivers_[0].get();
+}
 
 void Scheduler::schedule(TaskHeader* t, ScheduleKind kind) {
   if (is_shutdown_complete()) {
@@ -132,7 +151,7 @@ void Scheduler::shutdown() {
   // 5. Pending I/O and timer operations are destroyed; their handlers abort the waits,
   //    which drops the waiting tasks (and the sockets in their frames) right away.
   timers_.shutdown();
-  if (driver_owner_) driver_owner_->shutdown();
+  for (auto& d : drivers_) d->shutdown();
   // 6. Nothing should be left, but a destructor may have scheduled something.
   drain_queues();
 }

@@ -23,7 +23,9 @@ namespace sg::exec {
 
 class Scheduler {
  public:
-  Scheduler(const RuntimeConfig& cfg, std::unique_ptr<Driver> driver);
+  // `driver`: one I/O driver shared by every worker (null: no I/O). `per_worker`, when
+  // given instead, makes each worker's own driver.
+  Scheduler(const RuntimeConfig& cfg, std::unique_ptr<Driver> driver, DriverFactory per_worker = {});
   ~Scheduler();
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -83,8 +85,11 @@ class Scheduler {
   const RuntimeConfig& config() const { return cfg_; }
   InjectQueue& inject() { return inject_; }
   Idle& idle() { return idle_; }
-  SharedDriver& shared_driver() { return driver_; }
-  Driver* driver() { return driver_owner_.get(); }
+  DriverSlot& driver_slot(std::size_t worker) { return slots_[per_worker_drivers_ ? worker : 0]; }
+  // The I/O driver of the calling worker (its own, or the shared one); off the workers,
+  // worker 0's. Null when the runtime has no I/O driver.
+  Driver* driver();
+  bool per_worker_drivers() const { return per_worker_drivers_; }
   Timers& timers() { return timers_; }
   BlockingPool& blocking() { return *blocking_; }
   std::size_t num_workers() const { return workers_.size(); }
@@ -97,10 +102,11 @@ class Scheduler {
   void note_remote_freed() noexcept;
 
   const RuntimeConfig cfg_;
-  std::unique_ptr<Driver> driver_owner_;
+  const bool per_worker_drivers_;
+  std::vector<std::unique_ptr<Driver>> drivers_;  // the I/O drivers: one shared, or one per worker
   // Parks the driver's holder when the runtime has no I/O driver (timers still fire).
   std::unique_ptr<Driver> sleep_driver_;
-  SharedDriver driver_;
+  std::unique_ptr<DriverSlot[]> slots_;  // one shared, or one per worker
   Timers timers_;
   InjectQueue inject_;
   Idle idle_;

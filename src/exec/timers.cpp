@@ -34,9 +34,10 @@ void TimerEntry::cancel() {
   timers_ = nullptr;
 }
 
-Timers::Timers(std::size_t shards)
+Timers::Timers(std::size_t shards, std::size_t groups)
     : origin_(Clock::now()), shards_(std::make_unique<Shard[]>(shards == 0 ? 1 : shards)),
-      num_shards_(shards == 0 ? 1 : shards) {}
+      num_shards_(shards == 0 ? 1 : shards), groups_(std::make_unique<Group[]>(groups <= 1 ? 1 : num_shards_)),
+      num_groups_(groups <= 1 ? 1 : num_shards_) {}
 
 uint64_t Timers::now_ms(Clock::time_point t) const {
   if (t <= origin_) return 0;
@@ -64,7 +65,8 @@ bool Timers::arm(TimerEntry& e, uint64_t when) {
   e.shard_ = shard;
   // See the header: after the insert, so a holder that published an earlier deadline
   // either scans this entry or is woken here.
-  if (when < park_deadline_.load(std::memory_order_seq_cst) && driver_ != nullptr) driver_->unpark();
+  Group& g = groups_[group_of(shard)];
+  if (when < g.park_deadline.load(std::memory_order_seq_cst) && g.driver != nullptr) g.driver->unpark();
   return true;
 }
 
@@ -78,7 +80,7 @@ void Timers::cancel(TimerEntry& e) {
   // `drop` releases its task reference here, outside the lock.
 }
 
-std::size_t Timers::process(Clock::time_point now, std::size_t max) {
+std::size_t Timers::process(Clock::time_point now, std::size_t max, std::size_t group) {
   const uint64_t ms = now_ms(now);
   std::size_t fired = 0;
   // Plain storage: the wakers' references are released into it under the lock and
@@ -90,7 +92,8 @@ std::size_t Timers::process(Clock::time_point now, std::size_t max) {
     std::size_t tag;
   };
   Fired batch[kFireBatch];
-  for (std::size_t i = 0; i < num_shards_ && fired < max; ++i) {
+  const auto [first, last] = shards_of(group);
+  for (std::size_t i = first; i < last && fired < max; ++i) {
     Shard& s = shards_[i];
     while (fired < max && s.next_due.load(std::memory_order_relaxed) <= ms) {
       const std::size_t limit = std::min(kFireBatch, max - fired);
@@ -114,14 +117,16 @@ std::size_t Timers::process(Clock::time_point now, std::size_t max) {
   return fired;
 }
 
-std::optional<std::chrono::milliseconds> Timers::begin_park(Clock::time_point now) {
+std::optional<std::chrono::milliseconds> Timers::begin_park(Clock::time_point now, std::size_t group) {
   // Publish "parked, no timeout" first: an arm from now on unparks us unless our scan
   // below sees it; then narrow the deadline to what the scan found.
-  park_deadline_.store(kNoDeadline, std::memory_order_seq_cst);
+  std::atomic<uint64_t>& deadline = groups_[group].park_deadline;
+  deadline.store(kNoDeadline, std::memory_order_seq_cst);
   uint64_t next = kNoDeadline;
-  for (std::size_t i = 0; i < num_shards_; ++i) next = std::min(next, shards_[i].next_due.load(std::memory_order_seq_cst));
+  const auto [first, last] = shards_of(group);
+  for (std::size_t i = first; i < last; ++i) next = std::min(next, shards_[i].next_due.load(std::memory_order_seq_cst));
   if (next == kNoDeadline) return std::nullopt;
-  park_deadline_.store(next, std::memory_order_seq_cst);
+  deadline.store(next, std::memory_order_seq_cst);
   const uint64_t at = now_ms(now);
   return std::chrono::milliseconds(next > at ? next - at : 0);
 }

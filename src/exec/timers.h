@@ -4,9 +4,14 @@
 //
 // Sharding: one wheel per worker, each under its own lock, so workers arming and
 // cancelling timers for their own connections do not contend; an entry remembers its
-// shard (a task stolen to another worker cancels on the shard it armed on). The driver's
-// holder advances every shard before and after it parks (Parker), and a busy worker does
-// so when it polls the driver (every event_interval ticks).
+// shard (a task stolen to another worker cancels on the shard it armed on).
+//
+// Park groups: the shards a driver's holder advances before and after it parks (Parker),
+// and a busy worker when it polls the driver (every event_interval ticks). With one driver
+// shared by all workers (the reactor) there is one group of every shard. With a driver per
+// worker (io_uring: a ring each) each shard is its own group, advanced by its worker
+// alone: a timer armed on a worker fires there, like the I/O it usually bounds. (Arms from
+// threads that are not workers go to shard 0.)
 //
 // Firing: under the shard lock the entry is unlinked and its waker moved out; the wakers
 // are woken after the lock is released (waking can run task-drop code at shutdown, which
@@ -14,8 +19,9 @@
 // cancel() returns no firing can touch the entry, and a waker that fires after the task
 // stopped waiting finds its wait generation gone (exec::Waker) and does nothing.
 //
-// Parked driver: a holder that parks publishes when it will wake (park_deadline). An arm
-// earlier than that unparks the driver so it parks again with the shorter timeout. The
+// Parked driver: a holder that parks publishes when it will wake (its group's
+// park_deadline). An arm earlier than that unparks the group's driver so it parks again
+// with the shorter timeout. The
 // arm's check of park_deadline comes after its insert (under the shard lock) and the
 // holder's computation of its timeout comes after it published park_deadline (seq_cst
 // both): either the holder's scan of next_due sees the new entry, or the arm sees the
@@ -28,6 +34,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "exec/coro.h"
@@ -69,23 +76,26 @@ class TimerEntry {
 
 class Timers {
  public:
-  explicit Timers(std::size_t shards);
+  // `groups` is 1 (every shard in one park group) or `shards` (a group per shard).
+  explicit Timers(std::size_t shards, std::size_t groups = 1);
   Timers(const Timers&) = delete;
   Timers& operator=(const Timers&) = delete;
 
-  // The driver to unpark when an arm is earlier than its park (null: none yet).
-  void set_driver(Driver* d) { driver_ = d; }
+  // The driver to unpark when an arm in `group` is earlier than its park (null: none).
+  void set_driver(std::size_t group, Driver* d) { groups_[group].driver = d; }
 
-  // Fires the timers due at `now`, at most `max` (the rest stay due for the next call).
-  // Returns how many fired. Any thread; called by the driver's holder.
-  std::size_t process(Clock::time_point now, std::size_t max = SIZE_MAX);
-  // How long a park may block before the next timer is due (nullopt: no timer), and
-  // publishes that deadline for arms to compare against. Call end_park() after the park.
-  std::optional<std::chrono::milliseconds> begin_park(Clock::time_point now);
-  void end_park() { park_deadline_.store(kNotParked, std::memory_order_seq_cst); }
-  // When the driver's parked holder wakes on its own (ms on the wheels' clock; 0 while
-  // nobody is parked in the driver, UINT64_MAX when it waits for I/O only).
-  uint64_t parked_until() const { return park_deadline_.load(std::memory_order_seq_cst); }
+  // Fires the timers of `group` due at `now`, at most `max` (the rest stay due for the
+  // next call). Returns how many fired. Any thread; called by the group's driver holder.
+  std::size_t process(Clock::time_point now, std::size_t max = SIZE_MAX, std::size_t group = 0);
+  // How long a park may block before the group's next timer is due (nullopt: no timer),
+  // and publishes that deadline for arms to compare against. end_park() after the park.
+  std::optional<std::chrono::milliseconds> begin_park(Clock::time_point now, std::size_t group = 0);
+  void end_park(std::size_t group = 0) { groups_[group].park_deadline.store(kNotParked, std::memory_order_seq_cst); }
+  // When the group's parked holder wakes on its own (ms on the wheels' clock; 0 while
+  // nobody is parked in its driver, UINT64_MAX when it waits for I/O only).
+  uint64_t parked_until(std::size_t group = 0) const {
+    return groups_[group].park_deadline.load(std::memory_order_seq_cst);
+  }
 
   std::size_t pending() const;
   // Milliseconds on the wheels' clock (from the runtime's start), rounded up for
@@ -111,16 +121,27 @@ class Timers {
     std::atomic<uint64_t> next_due{UINT64_MAX};
   };
 
+  struct alignas(64) Group {
+    Driver* driver = nullptr;
+    // ms at which the group's parked holder wakes on its own (UINT64_MAX: it waits for I/O
+    // only); kNotParked while nobody is parked in the group's driver.
+    std::atomic<uint64_t> park_deadline{kNotParked};
+  };
+
   bool arm(TimerEntry& e, uint64_t when);
   void cancel(TimerEntry& e);
+  // The shards [first, last) of a group.
+  std::pair<std::size_t, std::size_t> shards_of(std::size_t group) const {
+    return num_groups_ == 1 ? std::pair<std::size_t, std::size_t>{0, num_shards_}
+                            : std::pair<std::size_t, std::size_t>{group, group + 1};
+  }
+  std::size_t group_of(std::size_t shard) const { return num_groups_ == 1 ? 0 : shard; }
 
   const Clock::time_point origin_;
   std::unique_ptr<Shard[]> shards_;
   const std::size_t num_shards_;
-  Driver* driver_ = nullptr;
-  // ms at which the parked driver's holder wakes on its own (UINT64_MAX: it waits for I/O
-  // only); kNotParked while nobody is parked in the driver.
-  std::atomic<uint64_t> park_deadline_{kNotParked};
+  std::unique_ptr<Group[]> groups_;
+  const std::size_t num_groups_;
 };
 
 // The clock read once per task poll: the first call in a poll reads the clock, later ones

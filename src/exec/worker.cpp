@@ -58,7 +58,7 @@ Worker::Worker(Scheduler* scheduler, std::size_t index)
       rand_(static_cast<uint32_t>(0x9E3779B9u * (index + 1))),
       stealer_(run_queue_.stealer()),
       priority_stealer_(priority_queue_.stealer()),
-      parker_(&scheduler->shared_driver()) {
+      parker_(&scheduler->driver_slot(index)) {
   poll_time_ewma_ns_ =
       static_cast<double>(kTargetGlobalQueueIntervalTime.count()) / cfg_.global_queue_interval;
 }
