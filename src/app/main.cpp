@@ -21,7 +21,7 @@
 #include "common/log.h"
 #include "config/loader.h"
 #include "io/inherited.h"
-#include "io/reactor.h"
+#include "io/runtime.h"
 #include "proxy/gateway.h"
 #include "stealgate_version.h"
 

@@ -27,6 +27,14 @@ class Driver {
   virtual uint32_t poll(uint32_t max_events) = 0;
   // Makes a concurrent or the next park() return. Any thread, any time.
   virtual void unpark() = 0;
+  // A per-worker driver learns its worker's thread: attach() runs on it when the worker
+  // starts, detach() before it exits.
+  virtual void attach() {}
+  virtual void detach() {}
+  // A driver that queues submissions (io_uring) flushes them here, after every tick of
+  // its worker; others leave batches_submissions() false and are not called.
+  virtual bool batches_submissions() const { return false; }
+  virtual void flush() {}
   // Destroys everything still pending (handlers complete their waits as aborted). Called
   // once, after the workers have stopped.
   virtual void shutdown() = 0;
@@ -68,6 +76,8 @@ struct DriverSlot {
   Driver* driver = nullptr;  // the I/O driver, or a SleepDriver when there is no I/O
   Timers* timers = nullptr;
   std::size_t timer_group = 0;  // the timers this slot's holder advances (Timers groups)
+  bool own = false;             // a per-worker driver: attached to and flushed by its worker
+  bool flushes = false;         // driver->batches_submissions()
   std::mutex lock;
 };
 

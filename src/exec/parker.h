@@ -32,6 +32,11 @@ class Parker {
   // Polls the driver without blocking if no other thread holds it. True if it polled.
   bool poll_driver(uint32_t max_events);
   void unpark();
+  // A per-worker driver's thread hooks (exec::Driver::attach/detach), and the flush of
+  // queued submissions after each tick (a no-op test when the driver queues none).
+  void attach() { if (driver_->own) driver_->driver->attach(); }
+  void detach() { if (driver_->own) driver_->driver->detach(); }
+  void flush() { if (driver_->flushes) driver_->driver->flush(); }
 
  private:
   static constexpr uint32_t kEmpty = 0, kParkedCondvar = 1, kParkedDriver = 2, kNotified = 3;

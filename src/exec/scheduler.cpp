@@ -62,6 +62,8 @@ Scheduler::Scheduler(const RuntimeConfig& cfg, std::unique_ptr<Driver> driver, D
     slots_[i].driver = drivers_.empty() ? sleep_driver_.get() : drivers_[i].get();
     slots_[i].timers = &timers_;
     slots_[i].timer_group = i;
+    slots_[i].own = per_worker_drivers_;
+    slots_[i].flushes = slots_[i].driver->batches_submissions();
     timers_.set_driver(i, slots_[i].driver);
   }
   live_ = std::make_unique<LiveSlot[]>(cfg_.worker_threads + 1);

@@ -99,6 +99,7 @@ void Worker::run() {
   uint64_t now = now_ns();
   busy_since_ns_ = now;
   batch_started_ns_ = now;
+  parker_.attach();
 
   while (!is_shutdown_) {
     ++tick_;
@@ -116,6 +117,7 @@ void Worker::run() {
     park();
     batch_started_ns_ = now_ns();
   }
+  parker_.detach();
   publish_stats(now_ns());
   c = ThreadContext{};
   disable_task_cache();
@@ -268,6 +270,11 @@ void Worker::run_task(TaskHeader* t) {
     if (scheduler_->idle().transition_worker_from_searching()) scheduler_->notify_parked();
   }
   poll_task(t);
+  run_lifo_chain();
+  parker_.flush();  // what this tick's polls submitted goes to the kernel now
+}
+
+void Worker::run_lifo_chain() {
   uint32_t lifo_polls = 0;
   for (;;) {
     TaskHeader* next = lifo_;

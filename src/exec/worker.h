@@ -56,6 +56,7 @@ class Worker {
   TaskHeader* pop_priority();
   TaskHeader* steal_work();
   void run_task(TaskHeader* t);
+  void run_lifo_chain();
   void poll_task(TaskHeader* t);
 
   void park();

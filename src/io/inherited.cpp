@@ -90,7 +90,7 @@ std::vector<std::string> InheritedSockets::close_unclaimed() {
   return closed;
 }
 
-Listening listen_on(asio::io_context& ctx, InheritedSockets* inherited, const std::string& name, tcp::endpoint ep,
+Listening listen_on(IoContext ctx, InheritedSockets* inherited, const std::string& name, tcp::endpoint ep,
                     const ListenOptions& opts) {
   Listening out;
   if (inherited != nullptr) {

@@ -63,7 +63,7 @@ struct Listening {
   std::string error;
   bool inherited = false;
 };
-Listening listen_on(asio::io_context& ctx, InheritedSockets* inherited, const std::string& name, tcp::endpoint ep,
+Listening listen_on(IoContext ctx, InheritedSockets* inherited, const std::string& name, tcp::endpoint ep,
                     const ListenOptions& opts);
 
 }  // namespace sg::io

@@ -41,18 +41,4 @@ void Reactor::shutdown() {
   ioc_.reset();
 }
 
-Runtime::Runtime(exec::RuntimeConfig cfg) {
-  auto reactor = std::make_unique<Reactor>();
-  reactor_ = reactor.get();
-  rt_ = std::make_unique<exec::Runtime>(cfg, std::move(reactor));
-}
-
-Runtime::~Runtime() { rt_.reset(); }
-
-Reactor* current_reactor() noexcept {
-  exec::Handle h = exec::Handle::current();
-  if (!h.valid()) return nullptr;
-  return static_cast<Reactor*>(h.driver());
-}
-
 }  // namespace sg::io

@@ -16,7 +16,6 @@
 #include <memory>
 
 #include "exec/driver.h"
-#include "exec/runtime.h"
 
 namespace sg::io {
 
@@ -39,37 +38,5 @@ class Reactor final : public exec::Driver {
   // Coalesces unpark() calls: at most one wake-up handler is queued at a time.
   std::atomic<bool> wake_pending_{false};
 };
-
-// An executor runtime whose workers drive an Asio reactor.
-class Runtime {
- public:
-  explicit Runtime(exec::RuntimeConfig cfg = {});
-  ~Runtime();
-  Runtime(const Runtime&) = delete;
-  Runtime& operator=(const Runtime&) = delete;
-
-  exec::Runtime& exec() { return *rt_; }
-  exec::Handle handle() const { return rt_->handle(); }
-  Reactor& reactor() { return *reactor_; }
-  asio::io_context& context() { return reactor_->context(); }
-
-  template <class F>
-  auto spawn(F&& f) {
-    return rt_->spawn(std::forward<F>(f));
-  }
-  template <class F>
-  auto block_on(F&& f) {
-    return rt_->block_on(std::forward<F>(f));
-  }
-  void shutdown() { rt_->shutdown(); }
-
- private:
-  Reactor* reactor_;  // owned by the scheduler inside rt_
-  std::unique_ptr<exec::Runtime> rt_;
-};
-
-// The reactor of the runtime running the calling task (nullptr off-runtime or when the
-// runtime has no I/O driver).
-Reactor* current_reactor() noexcept;
 
 }  // namespace sg::io

@@ -1,6 +1,5 @@
 #include "io/tcp.h"
 
-#include <asio/basic_socket_acceptor.hpp>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -11,7 +10,6 @@
 #include <cerrno>
 #include <vector>
 
-#include "io/reactor.h"
 
 namespace sg::io {
 
@@ -33,10 +31,8 @@ struct SpendBudget {
 
 }  // namespace
 
-TcpStream::TcpStream(Socket s) : sock_(std::move(s)) {}
-
 exec::Task<IoResult> TcpStream::read_some(std::span<char> buf, Deadline dl) {
-  const int fd = sock_->native_handle();
+  const int fd = sock_.native_handle();
   for (;;) {
     ssize_t n = ::recv(fd, buf.data(), buf.size(), 0);
     if (n >= 0) {
@@ -46,14 +42,14 @@ exec::Task<IoResult> TcpStream::read_some(std::span<char> buf, Deadline dl) {
     int e = errno;
     if (e == EINTR) continue;
     if (!would_block(e)) co_return IoResult{{e, std::system_category()}, 0};
-    if (std::error_code ec = co_await wait_ready(*sock_, asio::socket_base::wait_read, dl)) {
+    if (std::error_code ec = co_await wait_ready(sock_, Interest::kRead, dl)) {
       co_return IoResult{ec, 0};
     }
   }
 }
 
 std::optional<IoResult> TcpStream::try_read(std::span<char> buf) {
-  const int fd = sock_->native_handle();
+  const int fd = sock_.native_handle();
   for (;;) {
     ssize_t n = ::recv(fd, buf.data(), buf.size(), 0);
     if (n >= 0) return IoResult{{}, static_cast<std::size_t>(n)};
@@ -65,7 +61,7 @@ std::optional<IoResult> TcpStream::try_read(std::span<char> buf) {
 }
 
 exec::Task<std::error_code> TcpStream::write_all(std::span<const std::string_view> bufs, Deadline dl) {
-  const int fd = sock_->native_handle();
+  const int fd = sock_.native_handle();
   constexpr std::size_t kMaxIov = 64;
   std::size_t idx = 0;     // first buffer not fully written
   std::size_t offset = 0;  // bytes of bufs[idx] already written
@@ -89,7 +85,7 @@ exec::Task<std::error_code> TcpStream::write_all(std::span<const std::string_vie
       int e = errno;
       if (e == EINTR) continue;
       if (!would_block(e)) co_return std::error_code{e, std::system_category()};
-      if (std::error_code ec = co_await wait_ready(*sock_, asio::socket_base::wait_write, dl)) co_return ec;
+      if (std::error_code ec = co_await wait_ready(sock_, Interest::kWrite, dl)) co_return ec;
       continue;
     }
     auto left = static_cast<std::size_t>(n);
@@ -120,7 +116,7 @@ exec::Task<std::error_code> TcpStream::write_all(std::string_view data, Deadline
 
 TcpStream::PeerState TcpStream::peek() {
   char c;
-  ssize_t n = ::recv(sock_->native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  ssize_t n = ::recv(sock_.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
   if (n > 0) return PeerState::kData;
   if (n == 0) return PeerState::kClosed;
   if (would_block(errno) || errno == EINTR) return PeerState::kSilent;
@@ -128,92 +124,80 @@ TcpStream::PeerState TcpStream::peek() {
 }
 
 void TcpStream::shutdown_write() {
-  std::error_code ec;
-  sock_->shutdown(asio::socket_base::shutdown_send, ec);
+  if (sock_.is_open()) ::shutdown(sock_.native_handle(), SHUT_WR);
 }
 
-void TcpStream::close() {
-  if (!sock_) return;
-  std::error_code ec;
-  sock_->close(ec);
-}
+void TcpStream::close() { sock_.close(); }
 
 tcp::endpoint TcpStream::remote_endpoint() const {
   if (peer_) return *peer_;
-  std::error_code ec;
-  return sock_->remote_endpoint(ec);
+  return sock_.remote_endpoint();
 }
 
-tcp::endpoint TcpStream::local_endpoint() const {
-  std::error_code ec;
-  return sock_->local_endpoint(ec);
-}
+tcp::endpoint TcpStream::local_endpoint() const { return sock_.local_endpoint(); }
 
-exec::Task<Result<TcpStream>> TcpStream::connect(asio::io_context& ctx, tcp::endpoint ep, Deadline dl) {
-  Socket s(ctx.get_executor());
-  std::error_code ec;
-  s.open(ep.protocol(), ec);
-  if (ec) co_return ec;
-  s.non_blocking(true, ec);
-  s.set_option(tcp::no_delay(true), ec);
-  int rc = ::connect(s.native_handle(), static_cast<const sockaddr*>(ep.data()),
-                     static_cast<socklen_t>(ep.size()));
-  if (rc != 0) {
-    int e = errno;
-    if (e != EINPROGRESS && e != EINTR) co_return std::error_code{e, std::system_category()};
-    if (std::error_code w = co_await wait_ready(s, asio::socket_base::wait_write, dl)) co_return w;
-    int err = 0;
-    socklen_t len = sizeof(err);
-    if (::getsockopt(s.native_handle(), SOL_SOCKET, SO_ERROR, &err, &len) != 0) co_return errno_code();
-    if (err != 0) co_return std::error_code{err, std::system_category()};
-  }
-  co_return TcpStream(std::move(s));
-}
+namespace {
 
-Result<TcpListener> TcpListener::bind(asio::io_context& ctx, tcp::endpoint ep, const ListenOptions& opts) {
-  Acceptor a(ctx.get_executor());
-  std::error_code ec;
-  a.open(ep.protocol(), ec);
-  if (ec) return ec;
-  a.set_option(asio::socket_base::reuse_address(true), ec);
-  if (opts.reuse_port) {
-    int one = 1;
-    if (::setsockopt(a.native_handle(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) != 0) return errno_code();
-  }
-  // Accepted sockets inherit TCP_NODELAY from the listener (Linux copies the listening
-  // socket's state into each child): responses leave at once without a setsockopt per
-  // connection.
-  a.set_option(tcp::no_delay(true), ec);
-  if (ec) return ec;
-  a.bind(ep, ec);
-  if (ec) return ec;
-  a.listen(opts.backlog, ec);
-  if (ec) return ec;
-  a.non_blocking(true, ec);
-  if (ec) return ec;
-  return TcpListener(std::move(a));
-}
-
-Result<TcpListener> TcpListener::adopt(asio::io_context& ctx, int fd) {
-  tcp::endpoint local;
-  socklen_t len = static_cast<socklen_t>(local.capacity());
-  if (::getsockname(fd, local.data(), &len) != 0) {
+// A new non-blocking TCP socket for `family` with TCP_NODELAY on, registered on `io`.
+Result<Socket> new_socket(IoContext io, int family) {
+  int fd = ::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return errno_code();
+  int one = 1;
+  if (::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0) {
     std::error_code ec = errno_code();
     ::close(fd);
     return ec;
   }
-  local.resize(len);
-  Acceptor a(ctx.get_executor());
-  std::error_code ec;
-  a.assign(local.protocol(), fd, ec);
-  if (ec) {
+  return Socket::adopt(io, fd);
+}
+
+int family_of(const tcp::endpoint& ep) { return ep.protocol().family(); }
+
+}  // namespace
+
+exec::Task<Result<TcpStream>> TcpStream::connect(IoContext io, tcp::endpoint ep, Deadline dl) {
+  auto s = new_socket(io, family_of(ep));
+  if (!s.ok()) co_return s.error();
+  int rc = ::connect(s->native_handle(), static_cast<const sockaddr*>(ep.data()), static_cast<socklen_t>(ep.size()));
+  if (rc != 0) {
+    int e = errno;
+    if (e != EINPROGRESS && e != EINTR) co_return std::error_code{e, std::system_category()};
+    if (std::error_code w = co_await wait_ready(*s, Interest::kWrite, dl)) co_return w;
+    int err = 0;
+    socklen_t len = sizeof(err);
+    if (::getsockopt(s->native_handle(), SOL_SOCKET, SO_ERROR, &err, &len) != 0) co_return errno_code();
+    if (err != 0) co_return std::error_code{err, std::system_category()};
+  }
+  co_return TcpStream(std::move(*s));
+}
+
+Result<TcpListener> TcpListener::bind(IoContext io, tcp::endpoint ep, const ListenOptions& opts) {
+  // Accepted sockets inherit TCP_NODELAY from the listener (Linux copies the listening
+  // socket's state into each child): responses leave at once without a setsockopt per
+  // connection.
+  auto s = new_socket(io, family_of(ep));
+  if (!s.ok()) return s.error();
+  const int fd = s->native_handle();
+  int one = 1;
+  if (::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0) return errno_code();
+  if (opts.reuse_port && ::setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) != 0) return errno_code();
+  if (::bind(fd, static_cast<const sockaddr*>(ep.data()), static_cast<socklen_t>(ep.size())) != 0) return errno_code();
+  if (::listen(fd, opts.backlog) != 0) return errno_code();
+  return TcpListener(std::move(*s), io);
+}
+
+Result<TcpListener> TcpListener::adopt(IoContext io, int fd) {
+  int one = 1;
+  int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0 ||
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0) {
+    std::error_code ec = errno_code();
     ::close(fd);
     return ec;
   }
-  a.set_option(tcp::no_delay(true), ec);
-  if (!ec) a.non_blocking(true, ec);
-  if (ec) return ec;  // `a` closes fd
-  return TcpListener(std::move(a));
+  auto s = Socket::adopt(io, fd);  // closes fd on failure
+  if (!s.ok()) return s.error();
+  return TcpListener(std::move(*s), io);
 }
 
 exec::Task<Result<TcpStream>> TcpListener::accept(Deadline dl) {
@@ -222,37 +206,21 @@ exec::Task<Result<TcpStream>> TcpListener::accept(Deadline dl) {
     // getpeername per connection.
     tcp::endpoint peer;
     socklen_t len = static_cast<socklen_t>(peer.capacity());
-    int fd = ::accept4(acceptor_->native_handle(), peer.data(), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    int fd = ::accept4(sock_.native_handle(), peer.data(), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd >= 0) {
-      Socket s(acceptor_->get_executor());
-      std::error_code ec;
       peer.resize(len);
-      s.assign(peer.protocol(), fd, ec);
-      if (ec) {
-        ::close(fd);
-        co_return ec;
-      }
+      auto s = Socket::adopt(io_, fd);
+      if (!s.ok()) co_return s.error();
       co_await SpendBudget{};
-      TcpStream stream(std::move(s));
+      TcpStream stream(std::move(*s));
       stream.peer_ = peer;
       co_return stream;
     }
     int e = errno;
     if (e == EINTR || e == ECONNABORTED) continue;
     if (!would_block(e)) co_return std::error_code{e, std::system_category()};
-    if (std::error_code ec = co_await wait_ready(*acceptor_, asio::socket_base::wait_read, dl)) co_return ec;
+    if (std::error_code ec = co_await wait_ready(sock_, Interest::kRead, dl)) co_return ec;
   }
-}
-
-tcp::endpoint TcpListener::local_endpoint() const {
-  std::error_code ec;
-  return acceptor_->local_endpoint(ec);
-}
-
-void TcpListener::close() {
-  if (!acceptor_) return;
-  std::error_code ec;
-  acceptor_->close(ec);
 }
 
 }  // namespace sg::io

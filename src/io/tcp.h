@@ -29,13 +29,13 @@ class TcpStream {
   TcpStream() = default;
   // `s` must already be in non-blocking mode (accept4 with SOCK_NONBLOCK, or connect()
   // below): reads and writes are raw non-blocking syscalls.
-  explicit TcpStream(Socket s);
+  explicit TcpStream(Socket s) : sock_(std::move(s)) {}
   TcpStream(TcpStream&&) noexcept = default;
   TcpStream& operator=(TcpStream&&) noexcept = default;
 
-  bool is_open() const { return sock_ && sock_->is_open(); }
-  int native_handle() { return sock_->native_handle(); }
-  Socket& socket() { return *sock_; }
+  bool is_open() const { return sock_.is_open(); }
+  int native_handle() { return sock_.native_handle(); }
+  Socket& socket() { return sock_; }
 
   // Reads at most buf.size() bytes; n == 0 with no error means the peer closed.
   exec::Task<IoResult> read_some(std::span<char> buf, Deadline dl = {});
@@ -48,8 +48,8 @@ class TcpStream {
   // when given, `other` (1) is readable (data, EOF or an error). An awaiter, not a
   // coroutine: the wait lives in the caller's frame (no frame allocation per wait, and an
   // idle connection holds one frame fewer).
-  EitherAwaiter<Socket> wait_readable(TcpStream* other, Deadline dl = {}) {
-    return EitherAwaiter<Socket>{*sock_, other != nullptr ? &*other->sock_ : nullptr, dl};
+  EitherAwaiter wait_readable(TcpStream* other, Deadline dl = {}) {
+    return EitherAwaiter{sock_, other != nullptr ? &other->sock_ : nullptr, dl};
   }
 
   // What a read would find, without blocking or consuming anything (one MSG_PEEK recv).
@@ -67,12 +67,12 @@ class TcpStream {
   tcp::endpoint remote_endpoint() const;
   tcp::endpoint local_endpoint() const;
 
-  // Connects to `ep` (non-blocking connect + writable wait), on the reactor `ctx`.
-  static exec::Task<Result<TcpStream>> connect(asio::io_context& ctx, tcp::endpoint ep, Deadline dl);
+  // Connects to `ep` (non-blocking connect + writable wait), a socket on `io`.
+  static exec::Task<Result<TcpStream>> connect(IoContext io, tcp::endpoint ep, Deadline dl);
 
  private:
   friend class TcpListener;
-  std::optional<Socket> sock_;
+  Socket sock_;
   std::optional<tcp::endpoint> peer_;  // known at accept
 };
 
@@ -84,11 +84,11 @@ struct ListenOptions {
 class TcpListener {
  public:
   // Binds and listens; port 0 picks a free port (see local_endpoint()).
-  static Result<TcpListener> bind(asio::io_context& ctx, tcp::endpoint ep, const ListenOptions& opts);
+  static Result<TcpListener> bind(IoContext io, tcp::endpoint ep, const ListenOptions& opts);
   // Takes over `fd`, a socket already bound and listening (inherited, see inherited.h):
   // it becomes non-blocking and gets TCP_NODELAY for its accepted sockets, as bind() does.
   // On failure `fd` is closed.
-  static Result<TcpListener> adopt(asio::io_context& ctx, int fd);
+  static Result<TcpListener> adopt(IoContext io, int fd);
 
   TcpListener(TcpListener&&) noexcept = default;
   TcpListener& operator=(TcpListener&&) noexcept = default;
@@ -97,14 +97,15 @@ class TcpListener {
   // listening socket, so no per-connection setsockopt) and know their peer's address. EMFILE/ENFILE and other resource errors come back as errors
   // (the caller backs off); the listener stays usable.
   exec::Task<Result<TcpStream>> accept(Deadline dl = {});
-  tcp::endpoint local_endpoint() const;
-  void close();
-  bool is_open() const { return acceptor_ && acceptor_->is_open(); }
-  int native_handle() { return acceptor_->native_handle(); }
+  tcp::endpoint local_endpoint() const { return sock_.local_endpoint(); }
+  void close() { sock_.close(); }
+  bool is_open() const { return sock_.is_open(); }
+  int native_handle() { return sock_.native_handle(); }
 
  private:
-  explicit TcpListener(Acceptor a) : acceptor_(std::move(a)) {}
-  std::optional<Acceptor> acceptor_;
+  TcpListener(Socket s, IoContext io) : sock_(std::move(s)), io_(io) {}
+  Socket sock_;
+  IoContext io_;  // where accepted sockets go
 };
 
 // Suspends the current task until `t` (or for `d`), on the executor's timers.

@@ -1,19 +1,19 @@
-// Bridging Asio completions to executor waits; deadlines on the executor's timers.
+// Socket readiness waits and deadlines, on either I/O driver.
 //
-// WaitHandler is the only completion handler src/io gives Asio. Invoked on the thread
-// driving the reactor, it records the result in the waiting task and wakes it (the task
-// then runs on a worker); it never runs user code. Destroyed without being invoked (the
-// io_context is being destroyed at shutdown), it completes the wait as aborted so the
-// waiting task is dropped rather than leaked. Its memory comes from the executor's task
-// allocator. Deadlines never go through Asio's timer queue: they are entries on the
-// executor's timing wheels (exec/timers.h), fired by the driver's holder.
+// ReadyWait is the one way src/io waits for a socket. On the epoll driver it is an Asio
+// wait whose handler (WaitHandler, the only completion handler src/io gives Asio) records
+// the result in the waiting task and wakes it (the task then runs on a worker); it never
+// runs user code. Destroyed without being invoked (the io_context is being destroyed at
+// shutdown), that handler completes the wait as aborted so the waiting task is dropped
+// rather than leaked; its memory comes from the executor's task allocator. On io_uring it
+// is a poll operation on the waiting worker's ring (io/uring.h). Deadlines never go
+// through Asio's timer queue: they are entries on the executor's timing wheels
+// (exec/timers.h), fired by the driver's holder.
 #pragma once
 
 #include <asio/associated_allocator.hpp>
-#include <asio/basic_stream_socket.hpp>
 #include <asio/error.hpp>
 #include <asio/io_context.hpp>
-#include <asio/ip/tcp.hpp>
 
 #include <chrono>
 #include <coroutine>
@@ -25,14 +25,12 @@
 #include "exec/coro.h"
 #include "exec/semaphore.h"
 #include "exec/timers.h"
+#include "io/socket.h"
 
 namespace sg::io {
 
-using tcp = asio::ip::tcp;
-using Executor = asio::io_context::executor_type;
-using Socket = asio::basic_stream_socket<tcp, Executor>;
-using Acceptor = asio::basic_socket_acceptor<tcp, Executor>;
 using Clock = exec::Clock;
+struct UringOp;
 
 // An absolute point in time after which a wait fails with errc::timed_out. Measured on
 // the clock read once per task poll (exec::tick_now).
@@ -89,35 +87,52 @@ inline void arm_deadline(exec::TimerEntry& timer, Deadline deadline, exec::Waker
   std::move(t).wake({std::error_code{}, kTagTimer}, exec::ScheduleKind::kDriver);
 }
 
+// One readiness wait on a socket: start() completes `w`'s wait with `tag` once the socket
+// is ready for `what` (readable also means EOF or an error), or with the error. cancel()
+// (and the destructor) stops a wait that lost a race (its deadline, or the other socket of
+// an EitherAwaiter): on io_uring the poll is cancelled on the ring it was started on; on
+// epoll the Asio wait stays queued until the socket is ready or closed, and its handler
+// then finds the wait taken (exec::Waker's generation) and only drops its reference.
+class ReadyWait {
+ public:
+  ReadyWait() = default;
+  ReadyWait(const ReadyWait&) = delete;
+  ReadyWait& operator=(const ReadyWait&) = delete;
+  ~ReadyWait() { cancel(); }
+
+  void start(Socket& s, Interest what, exec::Waker w, std::size_t tag);
+  void cancel() noexcept;
+
+ private:
+  UringOp* op_ = nullptr;  // io_uring: the pending poll (our reference)
+};
+
 // Waits until `sock` is ready for `what` or the deadline passes; yields the error (or
-// errc::timed_out). A losing socket wait is left to complete on its own: its handler finds
-// the wait already taken and only drops its reference; the timer is cancelled on resume
-// (and by its destructor when the task is dropped while waiting).
-template <class S>
+// errc::timed_out). The losing side is cancelled on resume (and by the destructors when
+// the task is dropped while waiting).
 struct ReadyAwaiter {
-  S& sock;
-  asio::socket_base::wait_type what;
+  Socket& sock;
+  Interest what;
   Deadline deadline;
   exec::TimerEntry timer{};
+  ReadyWait wait{};
 
   bool await_ready() const noexcept { return false; }
   void await_suspend(std::coroutine_handle<> h) {
     exec::Waker w = exec::arm_wait(h);
     if (deadline.is_set()) arm_deadline(timer, deadline, w.clone());
-    sock.async_wait(what, WaitHandler(std::move(w), kTagReady));
+    wait.start(sock, what, std::move(w), kTagReady);
   }
   std::error_code await_resume() {
     const exec::WaitResult& r = exec::last_wait_result();
-    if (r.value == kTagTimer && r.code == 0) return std::make_error_code(std::errc::timed_out);
     timer.cancel();
+    wait.cancel();
+    if (r.value == kTagTimer && r.code == 0) return std::make_error_code(std::errc::timed_out);
     return r.ec();
   }
 };
 
-template <class S>
-ReadyAwaiter<S> wait_ready(S& sock, asio::socket_base::wait_type what, Deadline dl) {
-  return ReadyAwaiter<S>{sock, what, dl};
-}
+inline ReadyAwaiter wait_ready(Socket& sock, Interest what, Deadline dl) { return ReadyAwaiter{sock, what, dl}; }
 
 // Waits until `a` or `b` (when given) is readable, or the deadline passes. Yields 0 or 1
 // for which socket became ready, or an error (errc::timed_out at the deadline).
@@ -126,23 +141,26 @@ struct EitherReadable {
   std::error_code ec;
 };
 
-template <class S>
 struct EitherAwaiter {
-  S& a;
-  S* b;  // nullptr: wait for `a` alone
+  Socket& a;
+  Socket* b;  // nullptr: wait for `a` alone
   Deadline deadline;
   exec::TimerEntry timer{};
+  ReadyWait wait_a{};
+  ReadyWait wait_b{};
 
   bool await_ready() const noexcept { return false; }
   void await_suspend(std::coroutine_handle<> h) {
     exec::Waker w = exec::arm_wait(h);
     if (deadline.is_set()) arm_deadline(timer, deadline, w.clone());
-    if (b != nullptr) b->async_wait(asio::socket_base::wait_read, WaitHandler(w.clone(), kTagReady + 2));
-    a.async_wait(asio::socket_base::wait_read, WaitHandler(std::move(w), kTagReady));
+    if (b != nullptr) wait_b.start(*b, Interest::kRead, w.clone(), kTagReady + 2);
+    wait_a.start(a, Interest::kRead, std::move(w), kTagReady);
   }
   EitherReadable await_resume() {
     const exec::WaitResult& r = exec::last_wait_result();
     timer.cancel();
+    wait_a.cancel();
+    wait_b.cancel();
     if (r.value == kTagTimer) {
       return {-1, r.code == 0 ? std::make_error_code(std::errc::timed_out) : r.ec()};
     }

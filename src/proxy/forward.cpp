@@ -176,7 +176,7 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
   const config::ClusterSection& ccfg = cluster.config();
   ctx.cluster = cluster.name();
   GatewayStats& gs = gw.stats();
-  asio::io_context& ioc = gw.runtime().context();
+  io::IoContext ioc = gw.runtime().context();
 
   const bool idempotent = is_idempotent(req.method);
   const bool has_body = req.body != http::BodyKind::kNone;

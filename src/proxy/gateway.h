@@ -30,7 +30,7 @@
 #include "exec/runtime.h"
 #include "exec/semaphore.h"
 #include "io/inherited.h"
-#include "io/reactor.h"
+#include "io/runtime.h"
 #include "io/tcp.h"
 #include "proxy/load_shedder.h"
 #include "proxy/stats.h"

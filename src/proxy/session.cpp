@@ -59,13 +59,17 @@ class QueueWait final : public exec::WaitTimeout {
   QueueWait(io::Deadline dl, io::TcpStream& client) : dl_(dl), client_(client) {}
   void arm(exec::Waker w) override {
     io::arm_deadline(timer_, dl_, w.clone());
-    client_.socket().async_wait(asio::socket_base::wait_read, io::WaitHandler(std::move(w), io::kTagReady));
+    client_wait_.start(client_.socket(), io::Interest::kRead, std::move(w), io::kTagReady);
   }
-  void cancel() override { timer_.cancel(); }
+  void cancel() override {
+    timer_.cancel();
+    client_wait_.cancel();
+  }
 
  private:
   io::Deadline dl_;
   exec::TimerEntry timer_;
+  io::ReadyWait client_wait_;
   io::TcpStream& client_;
 };
 

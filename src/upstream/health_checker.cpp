@@ -7,7 +7,7 @@
 
 namespace sg::upstream {
 
-exec::Task<bool> probe(asio::io_context& ctx, const io::tcp::endpoint& ep, const config::HealthCheckSection& hc,
+exec::Task<bool> probe(io::IoContext ctx, const io::tcp::endpoint& ep, const config::HealthCheckSection& hc,
                        const std::string& host) {
   io::Deadline dl = io::Deadline::after(hc.timeout);
   auto conn = co_await io::TcpStream::connect(ctx, ep, dl);
@@ -33,7 +33,7 @@ exec::Task<bool> probe(asio::io_context& ctx, const io::tcp::endpoint& ep, const
 
 namespace {
 
-exec::Task<void> check_loop(asio::io_context& ctx, std::shared_ptr<Cluster> cluster,
+exec::Task<void> check_loop(io::IoContext ctx, std::shared_ptr<Cluster> cluster,
                             std::shared_ptr<Endpoint> ep) {
   const config::HealthCheckSection& hc = cluster->config().health_check;
   std::string host = hc.host.empty() ? ep->name() : hc.host;

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "exec/join_handle.h"
-#include "io/reactor.h"
+#include "io/runtime.h"
 #include "upstream/cluster.h"
 
 namespace sg::upstream {
@@ -32,7 +32,7 @@ class HealthChecker {
 };
 
 // One probe (exposed for tests). True when the endpoint answered with an expected status.
-exec::Task<bool> probe(asio::io_context& ctx, const io::tcp::endpoint& ep, const config::HealthCheckSection& hc,
+exec::Task<bool> probe(io::IoContext ctx, const io::tcp::endpoint& ep, const config::HealthCheckSection& hc,
                        const std::string& host);
 
 }  // namespace sg::upstream

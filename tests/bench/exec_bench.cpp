@@ -10,7 +10,7 @@
 #include <memory>
 #include <string>
 
-#include "io/reactor.h"
+#include "io/runtime.h"
 #include "workloads.h"
 
 int main(int argc, char** argv) {

@@ -10,7 +10,7 @@
 #include <chrono>
 #include <string>
 
-#include "io/reactor.h"
+#include "io/runtime.h"
 #include "io/tcp.h"
 #include "../../support/loopback.h"
 

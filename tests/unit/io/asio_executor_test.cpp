@@ -16,7 +16,7 @@
 #include <future>
 
 #include "exec/context.h"
-#include "io/reactor.h"
+#include "io/runtime.h"
 
 namespace sg::io {
 namespace {
@@ -29,7 +29,7 @@ TEST(AsioExecutor, PostDispatchDeferRunOnWorkers) {
   exec::RuntimeConfig cfg;
   cfg.worker_threads = 2;
   Runtime rt(cfg);
-  AsioExecutor ex(rt.handle(), rt.context());
+  AsioExecutor ex(rt.handle(), rt.asio_context());
   std::promise<bool> p1, p2, p3;
   asio::post(ex, [&] { p1.set_value(on_worker()); });
   asio::dispatch(ex, [&] { p2.set_value(on_worker()); });
@@ -43,7 +43,7 @@ TEST(AsioExecutor, CoSpawnAwaitableWithTimerResumesOnWorkers) {
   exec::RuntimeConfig cfg;
   cfg.worker_threads = 2;
   Runtime rt(cfg);
-  AsioExecutor ex(rt.handle(), rt.context());
+  AsioExecutor ex(rt.handle(), rt.asio_context());
   std::promise<int> done;
   asio::co_spawn(
       ex,

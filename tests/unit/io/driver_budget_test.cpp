@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "io/reactor.h"
+#include "io/runtime.h"
 #include "io/tcp.h"
 
 namespace sg::io {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "exec/context.h"
-#include "io/reactor.h"
+#include "io/runtime.h"
 #include "io/tcp.h"
 #include "io/wait.h"
 

@@ -18,7 +18,7 @@
 #include <thread>
 
 #include "exec/context.h"
-#include "io/reactor.h"
+#include "io/runtime.h"
 #include "../../support/loopback.h"
 
 namespace sg::io {
@@ -158,7 +158,7 @@ TEST(Tcp, ConnectRefusedIsAnError) {
     port = l->local_endpoint().port();
     l->close();
   }
-  auto& ctx = rt.context();
+  auto ctx = rt.context();
   auto ec = rt.block_on([&ctx, port]() -> exec::Task<std::error_code> {
     auto s = co_await TcpStream::connect(ctx, tcp::endpoint(asio::ip::make_address("127.0.0.1"), port),
                                          Deadline::after(2s));

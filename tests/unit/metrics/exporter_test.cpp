@@ -11,7 +11,7 @@
 #include <string>
 #include <thread>
 
-#include "io/reactor.h"
+#include "io/runtime.h"
 #include "proxy/gateway.h"
 
 namespace sg {

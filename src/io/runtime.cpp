@@ -1,0 +1,52 @@
+#include "io/runtime.h"
+
+#include <cassert>
+#include <vector>
+
+#include "io/reactor.h"
+#include "io/uring.h"
+
+namespace sg::io {
+
+std::string_view io_driver_name(IoDriverKind k) { return k == IoDriverKind::kIoUring ? "io_uring" : "epoll"; }
+
+Result<IoDriverKind> choose_io_driver(std::string_view setting, std::string& why) {
+  if (setting == "epoll") return IoDriverKind::kEpoll;
+  if (UringDriver::available(why)) return IoDriverKind::kIoUring;
+  if (setting == "io_uring") return std::make_error_code(std::errc::function_not_supported);
+  return IoDriverKind::kEpoll;  // auto
+}
+
+Runtime::Runtime(exec::RuntimeConfig cfg) {
+  auto reactor = std::make_unique<Reactor>();
+  reactor_io_ = &reactor->context();
+  rt_ = std::make_unique<exec::Runtime>(cfg, std::move(reactor));
+}
+
+Result<std::unique_ptr<Runtime>> Runtime::create(exec::RuntimeConfig cfg, IoDriverKind kind) {
+  if (kind == IoDriverKind::kEpoll) return std::make_unique<Runtime>(cfg);
+  // Every ring first, so that a failure is an error here rather than in a worker.
+  const std::size_t n = exec::resolve(cfg).worker_threads;
+  auto rings = std::make_shared<std::vector<std::unique_ptr<exec::Driver>>>();
+  for (std::size_t i = 0; i < n; ++i) {
+    auto ring = UringDriver::create();
+    if (!ring.ok()) return ring.error();
+    rings->push_back(std::move(*ring));
+  }
+  std::unique_ptr<Runtime> rt(new Runtime(Empty{}));
+  rt->kind_ = IoDriverKind::kIoUring;
+  rt->rt_ = std::make_unique<exec::Runtime>(cfg, [rings](std::size_t worker) {
+    assert(worker < rings->size());
+    return std::move((*rings)[worker]);
+  });
+  return rt;
+}
+
+Runtime::~Runtime() { rt_.reset(); }
+
+asio::io_context& Runtime::asio_context() {
+  assert(reactor_io_ != nullptr && "asio_context() on an io_uring runtime");
+  return *reactor_io_;
+}
+
+}  // namespace sg::io

@@ -1,0 +1,63 @@
+#include "io/socket.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+namespace sg::io {
+
+Result<Socket> Socket::adopt(IoContext io, int fd) {
+  Socket s;
+  if (io.reactor != nullptr) {
+    s.desc_.emplace(io.reactor->get_executor());
+    std::error_code ec;
+    s.desc_->assign(fd, ec);  // registers with the reactor
+    if (ec) {
+      s.desc_.reset();
+      ::close(fd);
+      return ec;
+    }
+  }
+  s.fd_ = fd;
+  return s;
+}
+
+Socket& Socket::operator=(Socket&& o) noexcept {
+  if (this != &o) {
+    close();
+    fd_ = o.fd_;
+    desc_ = std::move(o.desc_);
+    o.fd_ = -1;
+    o.desc_.reset();
+  }
+  return *this;
+}
+
+void Socket::close() {
+  if (fd_ < 0) return;
+  if (desc_) {
+    std::error_code ec;
+    desc_->close(ec);  // deregisters, aborts its waits, closes fd_
+    desc_.reset();
+  } else {
+    ::close(fd_);
+  }
+  fd_ = -1;
+}
+
+tcp::endpoint Socket::local_endpoint() const {
+  tcp::endpoint ep;
+  socklen_t len = static_cast<socklen_t>(ep.capacity());
+  if (fd_ < 0 || ::getsockname(fd_, ep.data(), &len) != 0) return {};
+  ep.resize(len);
+  return ep;
+}
+
+tcp::endpoint Socket::remote_endpoint() const {
+  tcp::endpoint ep;
+  socklen_t len = static_cast<socklen_t>(ep.capacity());
+  if (fd_ < 0 || ::getpeername(fd_, ep.data(), &len) != 0) return {};
+  ep.resize(len);
+  return ep;
+}
+
+}  // namespace sg::io

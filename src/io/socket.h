@@ -1,0 +1,58 @@
+// A socket descriptor on the runtime's I/O driver, and where sockets are created.
+//
+// On the epoll driver (Asio's reactor) a socket is registered with the reactor once, when
+// it is created (an Asio descriptor object; one epoll_ctl), and readiness waits are Asio
+// waits. On io_uring it is a plain descriptor: nothing is registered, and a wait is a poll
+// operation on the ring of the worker that waits (io/uring.h). Reads and writes are the
+// same non-blocking syscalls on both (io/tcp.h).
+#pragma once
+
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/posix/stream_descriptor.hpp>
+
+#include <cstdint>
+#include <optional>
+
+#include "common/result.h"
+
+namespace sg::io {
+
+using tcp = asio::ip::tcp;
+using Descriptor = asio::posix::basic_stream_descriptor<asio::io_context::executor_type>;
+
+enum class Interest : uint8_t { kRead, kWrite };
+
+// Where sockets are created: with a reactor (the epoll driver), registered with it;
+// without one (io_uring), plain descriptors.
+struct IoContext {
+  asio::io_context* reactor = nullptr;
+};
+
+class Socket {
+ public:
+  Socket() = default;
+  // Takes ownership of `fd` (already non-blocking). On failure `fd` is closed.
+  static Result<Socket> adopt(IoContext io, int fd);
+  Socket(Socket&& o) noexcept : fd_(o.fd_), desc_(std::move(o.desc_)) { o.fd_ = -1; o.desc_.reset(); }
+  Socket& operator=(Socket&& o) noexcept;
+  Socket(const Socket&) = delete;
+  Socket& operator=(const Socket&) = delete;
+  ~Socket() { close(); }
+
+  int native_handle() const { return fd_; }
+  bool is_open() const { return fd_ >= 0; }
+  // Closes the descriptor; pending reactor waits complete as aborted.
+  void close();
+  // The reactor registration (null on io_uring, or when closed).
+  Descriptor* reactor_handle() { return desc_ ? &*desc_ : nullptr; }
+
+  tcp::endpoint local_endpoint() const;
+  tcp::endpoint remote_endpoint() const;
+
+ private:
+  int fd_ = -1;
+  std::optional<Descriptor> desc_;  // epoll driver: owns fd_ (closing it closes fd_)
+};
+
+}  // namespace sg::io

@@ -1,0 +1,32 @@
+#include "io/wait.h"
+
+#include <poll.h>
+
+#include "io/uring.h"
+
+namespace sg::io {
+
+void ReadyWait::start(Socket& s, Interest what, exec::Waker w, std::size_t tag) {
+  if (Descriptor* d = s.reactor_handle()) {
+    d->async_wait(what == Interest::kRead ? Descriptor::wait_read : Descriptor::wait_write,
+                  WaitHandler(std::move(w), tag));
+    return;
+  }
+  UringDriver* ring = current_ring();
+  if (ring == nullptr || !s.is_open()) {
+    // A socket of neither driver (closed, or waited on off the workers of an io_uring
+    // runtime): the wait fails at once instead of never completing.
+    std::move(w).wake({std::make_error_code(s.is_open() ? std::errc::operation_not_supported : std::errc::bad_file_descriptor), tag},
+                      exec::ScheduleKind::kDriver);
+    return;
+  }
+  op_ = ring->start_poll(s.native_handle(), what == Interest::kRead ? POLLIN : POLLOUT, std::move(w), tag);
+}
+
+void ReadyWait::cancel() noexcept {
+  if (op_ == nullptr) return;
+  cancel_and_release(op_);
+  op_ = nullptr;
+}
+
+}  // namespace sg::io
