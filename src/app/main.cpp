@@ -118,11 +118,38 @@ class Daemon {
       : opts_(opts), argv_(std::move(argv)), binary_(app::own_binary_path()), cfg_(std::move(cfg)),
         signals_(signals) {}
 
+  // The executor on the configured I/O driver: `auto` takes io_uring where the kernel
+  // allows it and says why not otherwise; an explicit io_uring that fails stops the start.
+  // STEALGATE_IO_DRIVER (auto, io_uring, epoll) overrides the file, e.g. from a systemd
+  // drop-in, without editing the configuration.
+  std::string start_runtime(const config::RuntimeSection& r) {
+    std::string_view setting = r.io_driver == config::IoDriver::kIoUring ? "io_uring"
+                               : r.io_driver == config::IoDriver::kEpoll  ? "epoll"
+                                                                          : "auto";
+    std::string_view source = "runtime.io_driver";
+    if (const char* env = std::getenv("STEALGATE_IO_DRIVER"); env != nullptr && *env != '\0') {
+      setting = env;
+      source = "STEALGATE_IO_DRIVER";
+      if (setting != "auto" && setting != "io_uring" && setting != "epoll") {
+        return "STEALGATE_IO_DRIVER is \"" + std::string(setting) + "\"; expected auto, io_uring or epoll";
+      }
+    }
+    std::string why;
+    auto kind = io::choose_io_driver(setting, why);
+    if (!kind.ok()) return std::string(source) + " is io_uring, but " + why;
+    if (setting == "auto" && !why.empty()) SG_LOG_WARN("io driver: epoll (io_uring is not available: {})", why);
+    auto rt = io::Runtime::create(runtime_config(r), *kind);
+    if (!rt.ok()) return "cannot start the " + std::string(io::io_driver_name(*kind)) + " driver: " + rt.error().message();
+    rt_ = std::move(*rt);
+    SG_LOG_INFO("io driver: {} ({}: {})", io::io_driver_name(*kind), source, setting);
+    return "";
+  }
+
   // Inherits sockets, starts the runtime, the gateway and the admin endpoint; "" or why not.
   std::string start() {
     if (std::string err = inherit_sockets(inherited_); !err.empty()) return err;
     if (inherited_.size() != 0) SG_LOG_INFO("{} inherited listening socket(s)", inherited_.size());
-    rt_ = std::make_unique<io::Runtime>(runtime_config(cfg_->runtime));
+    if (std::string err = start_runtime(cfg_->runtime); !err.empty()) return err;
     gw_ = std::make_unique<proxy::Gateway>(*rt_);
     gw_->set_inherited(&inherited_);
     if (std::string err = gw_->start(cfg_); !err.empty()) return err;
@@ -131,9 +158,9 @@ class Daemon {
       SG_LOG_WARN("inherited socket {} matches no listener: closed", s);
     }
     app::report_ready_to_predecessor();
-    SG_LOG_INFO("stealgate {} started: {} workers, {} listener(s), {} route(s), {} cluster(s)", STEALGATE_VERSION,
-                rt_->exec().config().worker_threads, cfg_->listeners.size(), cfg_->routes.size(),
-                cfg_->clusters.size());
+    SG_LOG_INFO("stealgate {} started: {} workers on {}, {} listener(s), {} route(s), {} cluster(s)",
+                STEALGATE_VERSION, rt_->exec().config().worker_threads, io::io_driver_name(rt_->driver_kind()),
+                cfg_->listeners.size(), cfg_->routes.size(), cfg_->clusters.size());
     notify("READY=1\nSTATUS=serving " + std::to_string(cfg_->routes.size()) + " routes");
     return "";
   }
@@ -195,7 +222,7 @@ class Daemon {
       return;
     }
     const config::Config& c = *next.config;
-    if (c.runtime.worker_threads != cfg_->runtime.worker_threads || c.runtime.coop_budget != cfg_->runtime.coop_budget) {
+    if (!(c.runtime == cfg_->runtime)) {
       SG_LOG_WARN("runtime settings changed; they take effect after a restart");
     }
     log::setup(log_options(c.logging));

@@ -95,20 +95,6 @@ void for_each_item(Ctx& ctx, const YAML::Node& n, const std::string& path, F&& f
   for (std::size_t i = 0; i < n.size(); ++i) f(n[i], index(path, i));
 }
 
-void parse_runtime(Ctx& ctx, const YAML::Node& n, RuntimeSection& r) {
-  MapView m(ctx, n, "runtime",
-            {"worker_threads", "global_queue_interval", "adaptive_global_queue_interval", "event_interval",
-             "coop_budget", "max_lifo_polls_per_tick", "max_blocking_threads"});
-  YAML::Node wt = m.get("worker_threads");
-  if (wt.IsDefined() && !(wt.IsScalar() && wt.Scalar() == "auto")) m.read_num("worker_threads", r.worker_threads, 1, 1024);
-  m.read_num("global_queue_interval", r.global_queue_interval, 2, 1u << 20);
-  m.read("adaptive_global_queue_interval", r.adaptive_global_queue_interval);
-  m.read_num("event_interval", r.event_interval, 1, 1u << 20);
-  m.read_num("coop_budget", r.coop_budget, 1, 1u << 20);
-  m.read_num("max_lifo_polls_per_tick", r.max_lifo_polls_per_tick, 0, 1u << 20);
-  m.read_num("max_blocking_threads", r.max_blocking_threads, 1, 100000);
-}
-
 void parse_admin(Ctx& ctx, const YAML::Node& n, AdminSection& a) {
   MapView m(ctx, n, "admin", {"enabled", "address"});
   m.read("enabled", a.enabled);
@@ -131,6 +117,23 @@ void read_choice(const MapView& m, std::string_view key, T& out,
   }
   m.ctx().error(m.get(key), m.path(key), "expected " + expected + ", got \"" + v + "\"");
 }
+
+void parse_runtime(Ctx& ctx, const YAML::Node& n, RuntimeSection& r) {
+  MapView m(ctx, n, "runtime",
+            {"worker_threads", "io_driver", "global_queue_interval", "adaptive_global_queue_interval",
+             "event_interval", "coop_budget", "max_lifo_polls_per_tick", "max_blocking_threads"});
+  YAML::Node wt = m.get("worker_threads");
+  if (wt.IsDefined() && !(wt.IsScalar() && wt.Scalar() == "auto")) m.read_num("worker_threads", r.worker_threads, 1, 1024);
+  read_choice(m, "io_driver", r.io_driver,
+              {{"auto", IoDriver::kAuto}, {"io_uring", IoDriver::kIoUring}, {"epoll", IoDriver::kEpoll}});
+  m.read_num("global_queue_interval", r.global_queue_interval, 2, 1u << 20);
+  m.read("adaptive_global_queue_interval", r.adaptive_global_queue_interval);
+  m.read_num("event_interval", r.event_interval, 1, 1u << 20);
+  m.read_num("coop_budget", r.coop_budget, 1, 1u << 20);
+  m.read_num("max_lifo_polls_per_tick", r.max_lifo_polls_per_tick, 0, 1u << 20);
+  m.read_num("max_blocking_threads", r.max_blocking_threads, 1, 100000);
+}
+
 
 void parse_listener(Ctx& ctx, const YAML::Node& n, const std::string& path, ListenerSection& l) {
   MapView m(ctx, n, path,

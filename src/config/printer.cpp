@@ -94,6 +94,8 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "runtime" << YAML::Value << YAML::BeginMap;
   if (c.runtime.worker_threads == 0) e << YAML::Key << "worker_threads" << YAML::Value << "auto";
   else e << YAML::Key << "worker_threads" << YAML::Value << c.runtime.worker_threads;
+  e << YAML::Key << "io_driver" << YAML::Value
+    << (c.runtime.io_driver == IoDriver::kIoUring ? "io_uring" : c.runtime.io_driver == IoDriver::kEpoll ? "epoll" : "auto");
   e << YAML::Key << "global_queue_interval" << YAML::Value << c.runtime.global_queue_interval;
   e << YAML::Key << "adaptive_global_queue_interval" << YAML::Value << c.runtime.adaptive_global_queue_interval;
   e << YAML::Key << "event_interval" << YAML::Value << c.runtime.event_interval;

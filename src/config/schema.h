@@ -23,14 +23,18 @@ struct Address {
   std::string text() const;  // host:port, [v6]:port
 };
 
+enum class IoDriver { kAuto, kIoUring, kEpoll };
+
 struct RuntimeSection {
   std::size_t worker_threads = 0;  // 0 = auto: CPUs available to the process
+  IoDriver io_driver = IoDriver::kAuto;  // auto: io_uring where the kernel allows it, else epoll
   uint32_t global_queue_interval = 61;
   bool adaptive_global_queue_interval = false;
   uint32_t event_interval = 61;
   uint32_t coop_budget = 128;
   uint32_t max_lifo_polls_per_tick = 3;
   std::size_t max_blocking_threads = 512;
+  bool operator==(const RuntimeSection&) const = default;
 };
 
 struct AdminSection {

@@ -1,6 +1,7 @@
 #include "io/runtime.h"
 
 #include <cassert>
+#include <thread>
 #include <vector>
 
 #include "io/reactor.h"
@@ -25,14 +26,21 @@ Runtime::Runtime(exec::RuntimeConfig cfg) {
 
 Result<std::unique_ptr<Runtime>> Runtime::create(exec::RuntimeConfig cfg, IoDriverKind kind) {
   if (kind == IoDriverKind::kEpoll) return std::make_unique<Runtime>(cfg);
-  // Every ring first, so that a failure is an error here rather than in a worker.
+  // Every ring first, so that a failure is an error here rather than in a worker. They
+  // are set up on a thread of their own: the kernel registers a ring's creator with it and
+  // sends it task work at teardown, which interrupts that thread's blocking syscalls
+  // (EINTR); this thread has exited by then.
   const std::size_t n = exec::resolve(cfg).worker_threads;
   auto rings = std::make_shared<std::vector<std::unique_ptr<exec::Driver>>>();
-  for (std::size_t i = 0; i < n; ++i) {
-    auto ring = UringDriver::create();
-    if (!ring.ok()) return ring.error();
-    rings->push_back(std::move(*ring));
-  }
+  std::error_code failed;
+  std::thread([&] {
+    for (std::size_t i = 0; i < n && !failed; ++i) {
+      auto ring = UringDriver::create();
+      if (ring.ok()) rings->push_back(std::move(*ring));
+      else failed = ring.error();
+    }
+  }).join();
+  if (failed) return failed;
   std::unique_ptr<Runtime> rt(new Runtime(Empty{}));
   rt->kind_ = IoDriverKind::kIoUring;
   rt->rt_ = std::make_unique<exec::Runtime>(cfg, [rings](std::size_t worker) {

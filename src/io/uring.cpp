@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <system_error>
+#include <thread>
 
 #include "exec/alloc.h"
 #include "exec/context.h"
@@ -59,13 +60,19 @@ Result<std::unique_ptr<UringDriver>> UringDriver::create(unsigned entries) {
 }
 
 bool UringDriver::available(std::string& why) {
-  io_uring ring;
-  int rc = io_uring_queue_init(4, &ring, 0);
+  // On a thread of its own: the kernel registers a ring's creator with it, and the ring's
+  // asynchronous teardown later sends that task work (TWA_SIGNAL), which would interrupt
+  // a blocking syscall of the caller's thread with EINTR.
+  int rc = 0;
+  std::thread([&rc] {
+    io_uring ring;
+    rc = io_uring_queue_init(4, &ring, 0);
+    if (rc == 0) io_uring_queue_exit(&ring);
+  }).join();
   if (rc < 0) {
     why = std::string("io_uring_setup failed: ") + std::strerror(-rc);
     return false;
   }
-  io_uring_queue_exit(&ring);
   return true;
 }
 
@@ -108,6 +115,7 @@ UringOp* UringDriver::start_poll(int fd, uint32_t events, exec::Waker w, std::si
 }
 
 void UringDriver::submit_cancel(UringOp* op) {
+  cancels_.fetch_add(1, std::memory_order_relaxed);
   io_uring_sqe* e = sqe();
   io_uring_prep_cancel(e, op, 0);
   io_uring_sqe_set_data64(e, kCancelTag);
@@ -115,6 +123,7 @@ void UringDriver::submit_cancel(UringOp* op) {
 
 void UringDriver::queue_remote_cancel(UringOp* op) {
   op->refs.fetch_add(1, std::memory_order_relaxed);  // the queue's, until the ring takes it
+  remote_cancels_total_.fetch_add(1, std::memory_order_relaxed);
   {
     std::lock_guard lk(remote_mu_);
     remote_cancels_.push_back(op);
@@ -221,6 +230,12 @@ void UringDriver::unpark() {
 void UringDriver::shutdown() {
   if (!ring_ready_ || shut_down_) return;
   shut_down_ = true;
+  // Not on the caller's thread: a thread that submits to a ring is registered with it,
+  // and the ring's teardown later interrupts that thread's blocking syscalls (EINTR).
+  std::thread([this] { cancel_everything(); }).join();
+}
+
+void UringDriver::cancel_everything() {
   // Every operation still in flight is cancelled and its final completion reaped: its
   // wait completes as cancelled, which drops its task (the executor has shut down).
   // Completions can queue more cancels (a dropped task's other waits): loop until none.

@@ -78,8 +78,11 @@ class UringDriver final : public exec::Driver {
   // holding the caller's reference (give it back with cancel_and_release).
   UringOp* start_poll(int fd, uint32_t events, exec::Waker w, std::size_t tag);
 
-  // Operations started and not yet completed (for tests and metrics).
+  // Operations started and not yet completed, and cancels sent (from this ring's worker,
+  // and queued to it from other threads), for tests and metrics.
   std::size_t in_flight() const { return in_flight_.load(std::memory_order_relaxed); }
+  uint64_t cancels() const { return cancels_.load(std::memory_order_relaxed); }
+  uint64_t remote_cancels() const { return remote_cancels_total_.load(std::memory_order_relaxed); }
 
  private:
   friend void cancel_and_release(UringOp* op) noexcept;
@@ -93,6 +96,7 @@ class UringDriver final : public exec::Driver {
   void arm_wake_read();
   uint32_t reap(uint32_t max_events);
   void complete(UringOp* op, int res);
+  void cancel_everything();
 
   io_uring ring_{};
   bool ring_ready_ = false;
@@ -100,6 +104,8 @@ class UringDriver final : public exec::Driver {
   uint64_t wake_buf_ = 0;  // the pending eventfd read's target
   std::atomic<bool> wake_pending_{false};
   std::atomic<std::size_t> in_flight_{0};
+  std::atomic<uint64_t> cancels_{0};
+  std::atomic<uint64_t> remote_cancels_total_{0};
 
   std::mutex remote_mu_;
   std::vector<UringOp*> remote_cancels_;  // under remote_mu_; each holds a reference

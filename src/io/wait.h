@@ -124,7 +124,7 @@ struct ReadyAwaiter {
     wait.start(sock, what, std::move(w), kTagReady);
   }
   std::error_code await_resume() {
-    const exec::WaitResult& r = exec::last_wait_result();
+    const exec::WaitResult r = exec::last_wait_result();
     timer.cancel();
     wait.cancel();
     if (r.value == kTagTimer && r.code == 0) return std::make_error_code(std::errc::timed_out);
@@ -157,7 +157,7 @@ struct EitherAwaiter {
     wait_a.start(a, Interest::kRead, std::move(w), kTagReady);
   }
   EitherReadable await_resume() {
-    const exec::WaitResult& r = exec::last_wait_result();
+    const exec::WaitResult r = exec::last_wait_result();
     timer.cancel();
     wait_a.cancel();
     wait_b.cancel();

@@ -294,6 +294,9 @@ void gateway_families(Families& fs, proxy::Gateway& gw) {
 std::string render(proxy::Gateway& gw) {
   Families fs;
   executor_families(fs, gw.runtime().exec().stats());
+  Families::add(fs.family("stealgate_executor_io_driver_info", "The I/O driver the workers run on (value 1).",
+                          MetricType::Gauge),
+                {{"driver", std::string(io::io_driver_name(gw.runtime().driver_kind()))}}, 1);
   gateway_families(fs, gw);
   std::ostringstream os;
   prometheus::TextSerializer{}.Serialize(os, std::vector<MetricFamily>(fs.out.begin(), fs.out.end()));

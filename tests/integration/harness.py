@@ -105,9 +105,11 @@ def _place_fds(fds):
 class Stealgate:
     """The real stealgate binary with a YAML config written to a temp file."""
 
-    def __init__(self, config_yaml, env=None, wait_ready=True, inherit=None, binary=None):
+    def __init__(self, config_yaml, env=None, wait_ready=True, inherit=None, binary=None, wrapper=None):
         """`inherit`: [(name, socket)] handed over as systemd does (LISTEN_FDS protocol:
-        descriptors 3, 4, ... named by LISTEN_FDNAMES, LISTEN_PID the daemon's own pid)."""
+        descriptors 3, 4, ... named by LISTEN_FDNAMES, LISTEN_PID the daemon's own pid).
+        `env`: variables to set (a value of None removes one). `wrapper`: a command the
+        binary runs under (argv prefix)."""
         self.dir = tempfile.mkdtemp(prefix="sgtest-")
         self.config_path = os.path.join(self.dir, "stealgate.yaml")
         self.write_config(config_yaml)
@@ -116,8 +118,12 @@ class Stealgate:
         self.ports = {}
         self.admin_port = None
         full_env = dict(os.environ)
-        full_env.update(env or {})
-        argv, extra = [binary or BIN, "--config", self.config_path], {}
+        for k, v in (env or {}).items():
+            if v is None:
+                full_env.pop(k, None)
+            else:
+                full_env[k] = v
+        argv, extra = list(wrapper or []) + [binary or BIN, "--config", self.config_path], {}
         if inherit:
             full_env["LISTEN_FDS"] = str(len(inherit))
             full_env["LISTEN_FDNAMES"] = ":".join(name for name, _ in inherit)

@@ -12,6 +12,7 @@
 
 #include "io/runtime.h"
 #include "io/tcp.h"
+#include "../../support/io_drivers.h"
 
 namespace sg::io {
 namespace {
@@ -21,10 +22,12 @@ using namespace std::chrono_literals;
 // One burst: kTimers tasks sleep until `window` from now. Returns false when the burst was
 // not set up in time (a slow build: the deadline passed while tasks were still being
 // spawned, so some never armed a timer and the rest fired beside a queue full of spawns).
-bool burst_without_overflow(std::chrono::milliseconds window) {
+bool burst_without_overflow(IoDriverKind kind, std::chrono::milliseconds window) {
   exec::RuntimeConfig cfg;
   cfg.worker_threads = 1;
-  Runtime rt(cfg);
+  auto owner = sg::testing::make_runtime(kind, cfg);
+  if (owner == nullptr) return true;
+  Runtime& rt = *owner;
   constexpr int kTimers = 1000;  // ~4x the 256-slot local queue, all due at one instant
   std::atomic<int> armed{0};
   std::atomic<int> done{0};
@@ -46,18 +49,24 @@ bool burst_without_overflow(std::chrono::milliseconds window) {
   return true;
 }
 
-TEST(DriverBudget, BurstLargerThanTheLocalQueueDoesNotOverflow) {
+class DriverBudget : public ::testing::TestWithParam<IoDriverKind> {};
+INSTANTIATE_TEST_SUITE_P(Drivers, DriverBudget, sg::testing::kDrivers, sg::testing::driver_test_name);
+
+TEST_P(DriverBudget, BurstLargerThanTheLocalQueueDoesNotOverflow) {
+  if (!sg::testing::driver_available(GetParam(), "DriverBudget.BurstLargerThanTheLocalQueueDoesNotOverflow")) {
+    GTEST_SKIP() << "io_uring is not available here";
+  }
   auto window = 50ms;
-  while (!burst_without_overflow(window)) {
+  while (!burst_without_overflow(GetParam(), window)) {
     window *= 2;
     ASSERT_LE(window, 60s) << "could not arm 1,000 timers within a minute";
   }
 }
 
-TEST(DriverBudget, BusyWorkerWithAFullQueueStillSeesItsTimers) {
+TEST_P(DriverBudget, BusyWorkerWithAFullQueueStillSeesItsTimers) {
   exec::RuntimeConfig cfg;
   cfg.worker_threads = 1;
-  Runtime rt(cfg);
+  SG_DRIVER_RUNTIME(rt, cfg);
   std::atomic<bool> stop{false};
   std::vector<exec::JoinHandle<void>> busy;
   for (int i = 0; i < 300; ++i) {  // more yielding tasks than the local queue holds
