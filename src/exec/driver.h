@@ -31,8 +31,9 @@ class Driver {
   // starts, detach() before it exits.
   virtual void attach() {}
   virtual void detach() {}
-  // A driver that queues submissions (io_uring) flushes them here, after every tick of
-  // its worker; others leave batches_submissions() false and are not called.
+  // A driver that queues submissions (io_uring) flushes them here, whenever its worker's
+  // local queue runs dry (before it steals or parks); others leave batches_submissions()
+  // false and are not called.
   virtual bool batches_submissions() const { return false; }
   virtual void flush() {}
   // Destroys everything still pending (handlers complete their waits as aborted). Called

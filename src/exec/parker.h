@@ -33,7 +33,7 @@ class Parker {
   bool poll_driver(uint32_t max_events);
   void unpark();
   // A per-worker driver's thread hooks (exec::Driver::attach/detach), and the flush of
-  // queued submissions after each tick (a no-op test when the driver queues none).
+  // queued submissions at the end of a batch (a no-op test when the driver queues none).
   void attach() { if (driver_->own) driver_->driver->attach(); }
   void detach() { if (driver_->own) driver_->driver->detach(); }
   void flush() { if (driver_->flushes) driver_->driver->flush(); }

@@ -109,6 +109,7 @@ void Worker::run() {
       continue;
     }
     end_batch(now_ns());
+    parker_.flush();  // the batch's submissions go to the kernel before we look elsewhere
     if (TaskHeader* t = steal_work()) {
       batch_started_ns_ = now_ns();
       run_task(t);
@@ -271,7 +272,6 @@ void Worker::run_task(TaskHeader* t) {
   }
   poll_task(t);
   run_lifo_chain();
-  parker_.flush();  // what this tick's polls submitted goes to the kernel now
 }
 
 void Worker::run_lifo_chain() {

@@ -20,6 +20,11 @@ namespace {
 // never this small.
 constexpr uint64_t kWakeTag = 1;    // the eventfd read
 constexpr uint64_t kCancelTag = 2;  // an ASYNC_CANCEL's own completion
+// Ring sizes: submissions are flushed every tick, so a few hundred slots suffice; the
+// completion queue holds one entry per waiting socket that turns ready at once (the kernel
+// keeps any excess, IORING_FEAT_NODROP, until there is room).
+constexpr unsigned kCqEntries = 16384;
+constexpr uint32_t kReapWhenFull = 64;
 
 thread_local UringDriver* tl_ring = nullptr;
 
@@ -42,13 +47,16 @@ std::error_code errno_code(int e) { return {e, std::system_category()}; }
 Result<std::unique_ptr<UringDriver>> UringDriver::create(unsigned entries) {
   std::unique_ptr<UringDriver> d(new UringDriver());
   io_uring_params p{};
+  p.cq_entries = kCqEntries;
   // COOP_TASKRUN: completions are posted when this worker next enters the kernel instead
   // of interrupting it; the worker enters at every flush and park anyway, and TASKRUN_FLAG
   // tells a busy worker's poll when completions wait for such an entry.
-  p.flags = IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG;
+  p.flags = IORING_SETUP_CQSIZE | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG;
   int rc = io_uring_queue_init_params(entries, &d->ring_, &p);
-  if (rc == -EINVAL) {  // a kernel before 5.19: neither flag
+  if (rc == -EINVAL) {  // a kernel before 5.19: neither TASKRUN flag
     p = io_uring_params{};
+    p.cq_entries = kCqEntries;
+    p.flags = IORING_SETUP_CQSIZE;
     rc = io_uring_queue_init_params(entries, &d->ring_, &p);
   }
   if (rc < 0) return errno_code(-rc);
@@ -88,10 +96,13 @@ void UringDriver::detach() { tl_ring = nullptr; }
 bool UringDriver::on_ring_thread() const { return tl_ring == this; }
 
 io_uring_sqe* UringDriver::sqe() {
-  io_uring_sqe* e = io_uring_get_sqe(&ring_);
-  if (e == nullptr) {  // the submission queue is full: hand it to the kernel now
-    io_uring_submit(&ring_);
-    e = io_uring_get_sqe(&ring_);
+  io_uring_sqe* e;
+  while ((e = io_uring_get_sqe(&ring_)) == nullptr) {
+    // The submission queue is full: hand it to the kernel now. It refuses (EBUSY) while
+    // completions it could not post wait for room: reap some (their tasks are woken as
+    // from a park) and try again.
+    int rc = io_uring_submit(&ring_);
+    if (rc == -EBUSY || rc == -EAGAIN) reap(kReapWhenFull);
   }
   return e;
 }
@@ -205,7 +216,9 @@ uint32_t UringDriver::poll(uint32_t max_events) {
 
 uint32_t UringDriver::park(uint32_t max_events, std::optional<std::chrono::milliseconds> timeout) {
   drain_remote_cancels();
-  if (io_uring_cq_ready(&ring_) == 0) {
+  if (io_uring_cq_ready(&ring_) != 0) {
+    if (io_uring_sq_ready(&ring_) != 0) io_uring_submit(&ring_);  // e.g. the cancels just queued
+  } else {
     io_uring_cqe* cqe = nullptr;
     __kernel_timespec ts{};
     if (timeout) {
