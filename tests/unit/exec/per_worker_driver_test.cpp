@@ -7,8 +7,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -28,24 +26,16 @@ using sg::testing::workers;
 // A SleepDriver that records which threads drive it and how often.
 class RecordingDriver final : public Driver {
  public:
-  uint32_t park(uint32_t /*max*/, std::optional<std::chrono::milliseconds> timeout) override {
+  uint32_t park(uint32_t max, std::optional<std::chrono::milliseconds> timeout) override {
     note_thread();
     parks.fetch_add(1);
-    std::unique_lock lk(mu_);
-    auto woken = [this] { return notified_; };
-    if (timeout) cv_.wait_for(lk, *timeout, woken);
-    else cv_.wait(lk, woken);
-    notified_ = false;
-    return 0;
+    return sleep_.park(max, timeout);
   }
   uint32_t poll(uint32_t /*max*/) override {
     note_thread();
     return 0;
   }
-  void unpark() override {
-    { std::lock_guard lk(mu_); notified_ = true; }
-    cv_.notify_one();
-  }
+  void unpark() override { sleep_.unpark(); }
   void shutdown() override {}
 
   std::atomic<int> parks{0};
@@ -58,9 +48,7 @@ class RecordingDriver final : public Driver {
     if (!owner_.compare_exchange_strong(none, me) && none != me) other_threads.fetch_add(1);
   }
   std::atomic<std::thread::id> owner_{};
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool notified_ = false;
+  SleepDriver sleep_;
 };
 
 struct Drivers {
