@@ -4,6 +4,7 @@
 #include <thread>
 #include <vector>
 
+#include "exec/scheduler.h"
 #include "io/reactor.h"
 #include "io/uring.h"
 
@@ -51,6 +52,17 @@ Result<std::unique_ptr<Runtime>> Runtime::create(exec::RuntimeConfig cfg, IoDriv
 }
 
 Runtime::~Runtime() { rt_.reset(); }
+
+std::vector<RingStats> Runtime::ring_stats() const {
+  std::vector<RingStats> out;
+  if (kind_ != IoDriverKind::kIoUring) return out;
+  exec::Scheduler* s = rt_->handle().scheduler();
+  for (std::size_t i = 0; i < s->num_workers(); ++i) {
+    const auto* ring = static_cast<const UringDriver*>(s->driver_slot(i).driver);
+    out.push_back({ring->in_flight(), ring->cancels(), ring->remote_cancels()});
+  }
+  return out;
+}
 
 asio::io_context& Runtime::asio_context() {
   assert(reactor_io_ != nullptr && "asio_context() on an io_uring runtime");

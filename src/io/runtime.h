@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/result.h"
 #include "exec/runtime.h"
@@ -24,6 +25,13 @@ std::string_view io_driver_name(IoDriverKind k);
 // an error naming the reason.
 Result<IoDriverKind> choose_io_driver(std::string_view setting, std::string& why);
 
+// One io_uring worker's ring, for the metrics (io_uring runtimes only).
+struct RingStats {
+  std::size_t in_flight = 0;    // operations submitted and not yet completed
+  uint64_t cancels = 0;         // cancels sent by the ring's own worker
+  uint64_t remote_cancels = 0;  // cancels queued to it from other threads
+};
+
 class Runtime {
  public:
   // The epoll (reactor) runtime; it cannot fail.
@@ -39,6 +47,8 @@ class Runtime {
   IoDriverKind driver_kind() const { return kind_; }
   // Where this runtime's sockets are created.
   IoContext context() const { return IoContext{reactor_io_}; }
+  // Each worker's ring, in worker order; empty on epoll.
+  std::vector<RingStats> ring_stats() const;
   // The reactor's io_context, for Asio I/O objects (AsioExecutor); epoll runtimes only.
   asio::io_context& asio_context();
 

@@ -126,7 +126,6 @@ UringOp* UringDriver::start_poll(int fd, uint32_t events, exec::Waker w, std::si
 }
 
 void UringDriver::submit_cancel(UringOp* op) {
-  cancels_.fetch_add(1, std::memory_order_relaxed);
   io_uring_sqe* e = sqe();
   io_uring_prep_cancel(e, op, 0);
   io_uring_sqe_set_data64(e, kCancelTag);
@@ -162,6 +161,7 @@ void cancel_and_release(UringOp* op) noexcept {
   if (!op->completed.load(std::memory_order_acquire)) {
     UringDriver* ring = op->ring;
     if (ring->on_ring_thread()) {
+      ring->cancels_.fetch_add(1, std::memory_order_relaxed);
       ring->submit_cancel(op);
     } else {
       ring->queue_remote_cancel(op);

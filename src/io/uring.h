@@ -82,8 +82,8 @@ class UringDriver final : public exec::Driver {
   // holding the caller's reference (give it back with cancel_and_release).
   UringOp* start_poll(int fd, uint32_t events, exec::Waker w, std::size_t tag);
 
-  // Operations started and not yet completed, and cancels sent (from this ring's worker,
-  // and queued to it from other threads), for tests and metrics.
+  // Operations started and not yet completed, and cancels: sent by this ring's worker, and
+  // queued to it by other threads (for tests and metrics).
   std::size_t in_flight() const { return in_flight_.load(std::memory_order_relaxed); }
   uint64_t cancels() const { return cancels_.load(std::memory_order_relaxed); }
   uint64_t remote_cancels() const { return remote_cancels_total_.load(std::memory_order_relaxed); }

@@ -124,6 +124,26 @@ void executor_families(Families& fs, const exec::RuntimeStats& st) {
   h.metric.push_back(std::move(m));
 }
 
+// The io_uring rings, one series per worker (absent on epoll): operations in flight (each
+// waiting socket holds one) and cancels by where they came from.
+void io_uring_families(Families& fs, const std::vector<io::RingStats>& rings) {
+  if (rings.empty()) return;
+  auto& in_flight = fs.family("stealgate_executor_io_uring_ops_in_flight",
+                              "Operations submitted to a worker's io_uring ring and not yet completed.",
+                              MetricType::Gauge);
+  auto& cancels = fs.family("stealgate_executor_io_uring_cancels_total",
+                            "Operations cancelled on a worker's ring, by the thread that cancelled (own: the "
+                            "ring's worker; other: queued to it by another thread).",
+                            MetricType::Counter);
+  for (std::size_t w = 0; w < rings.size(); ++w) {
+    const std::string worker = std::to_string(w);
+    Families::add(in_flight, {{"worker", worker}}, static_cast<double>(rings[w].in_flight));
+    Families::add(cancels, {{"worker", worker}, {"from", "own"}},
+                  static_cast<double>(rings[w].cancels));
+    Families::add(cancels, {{"worker", worker}, {"from", "other"}}, static_cast<double>(rings[w].remote_cancels));
+  }
+}
+
 void gateway_families(Families& fs, proxy::Gateway& gw) {
   auto snap = gw.snapshot();
   proxy::GatewayStats& gs = gw.stats();
@@ -297,6 +317,7 @@ std::string render(proxy::Gateway& gw) {
   Families::add(fs.family("stealgate_executor_io_driver_info", "The I/O driver the workers run on (value 1).",
                           MetricType::Gauge),
                 {{"driver", std::string(io::io_driver_name(gw.runtime().driver_kind()))}}, 1);
+  io_uring_families(fs, gw.runtime().ring_stats());
   gateway_families(fs, gw);
   std::ostringstream os;
   prometheus::TextSerializer{}.Serialize(os, std::vector<MetricFamily>(fs.out.begin(), fs.out.end()));

@@ -10,7 +10,7 @@ import re
 import subprocess
 import unittest
 
-from harness import Stealgate, config, main, request_once, HERE
+from harness import Client, Stealgate, config, main, request_once, HERE
 
 NO_IO_URING = os.environ.get("STEALGATE_NO_IO_URING")
 UNIT = os.path.join(HERE, "..", "..", "deploy", "stealgate.service")
@@ -66,6 +66,34 @@ class IoDriverTest(unittest.TestCase):
         sg = Stealgate(with_driver("io_uring"), env={"STEALGATE_IO_DRIVER": None})
         sg.wait_log(r"io driver: io_uring \(runtime.io_driver: io_uring\)")
         self.served_on(sg, "io_uring")
+        sg.stop()
+
+    def ring_ops(self, sg):
+        return sum(float(l.rsplit(" ", 1)[1]) for l in sg.metrics().splitlines()
+                   if l.startswith("stealgate_executor_io_uring_ops_in_flight{"))
+
+    def test_ring_metrics_follow_waiting_sockets(self):
+        # Each waiting socket holds one poll on a ring: 20 idle keep-alive connections add
+        # 20 operations in flight, and closing them cancels every one (nothing is left).
+        if not kernel_allows_io_uring():
+            self.skipTest("not in this build: the kernel refuses io_uring here")
+        sg = Stealgate(with_driver("io_uring"), env={"STEALGATE_IO_DRIVER": None})
+        self.assertEqual(sg.metric("stealgate_executor_io_uring_ops_in_flight", worker="0") +
+                         sg.metric("stealgate_executor_io_uring_ops_in_flight", worker="1"), self.ring_ops(sg))
+        base = self.ring_ops(sg)  # the listeners' accepts (and the scrape's own connection)
+        clients = [Client(sg.port) for _ in range(20)]
+        for c in clients:
+            self.assertEqual(c.request("GET", "/").status, 200)
+        sg.wait_for(lambda: self.ring_ops(sg) >= base + 20, 5, "idle connections hold no poll")
+        for c in clients:
+            c.close()
+        sg.wait_for(lambda: self.ring_ops(sg) <= base, 5, "closed connections left operations on the rings")
+        self.assertGreaterEqual(sg.metric("stealgate_executor_io_uring_cancels_total", worker="0", **{"from": "own"}), 0)
+        sg.stop()
+
+    def test_epoll_exports_no_ring_metrics(self):
+        sg = Stealgate(with_driver("epoll"), env={"STEALGATE_IO_DRIVER": None})
+        self.assertNotIn("stealgate_executor_io_uring_", sg.metrics())
         sg.stop()
 
     def test_environment_overrides_the_file(self):
