@@ -102,7 +102,10 @@ io_uring_sqe* UringDriver::sqe() {
     // completions it could not post wait for room: reap some (their tasks are woken as
     // from a park) and try again.
     int rc = io_uring_submit(&ring_);
-    if (rc == -EBUSY || rc == -EAGAIN) reap(kReapWhenFull);
+    if (rc == -EBUSY || rc == -EAGAIN) {
+      io_uring_get_events(&ring_);  // moves completions the kernel holds back into the queue
+      reap(kReapWhenFull);
+    }
   }
   return e;
 }

@@ -15,11 +15,14 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "exec/context.h"
 #include "io/runtime.h"
+#include "../../support/eventually.h"
 #include "../../support/io_drivers.h"
 #include "../../support/loopback.h"
 
@@ -246,6 +249,70 @@ TEST_P(Tcp, ShutdownWithPendingIoDropsWaitingTasks) {
   }
   EXPECT_EQ(dropped.load(), 2);
   ::close(fd);
+}
+
+}  // namespace
+}  // namespace sg::io
+
+namespace sg::io {
+namespace {
+
+// Waits on every socket of `socks` at once, each with its own tag; resumes with the tag of
+// the first that is ready, after cancelling the others.
+struct FirstReady {
+  std::vector<Socket>& socks;
+  std::vector<std::unique_ptr<ReadyWait>> waits{};
+
+  bool await_ready() const noexcept { return false; }
+  void await_suspend(std::coroutine_handle<> h) {
+    exec::Waker w = exec::arm_wait(h);
+    for (std::size_t i = 0; i < socks.size(); ++i) {
+      waits.push_back(std::make_unique<ReadyWait>());
+      waits.back()->start(socks[i], Interest::kRead, w.clone(), i);
+    }
+  }
+  std::size_t await_resume() {
+    const exec::WaitResult r = exec::last_wait_result();
+    for (auto& w : waits) w->cancel();
+    return r.value;
+  }
+};
+
+TEST_P(Tcp, MoreWaitsInOneTickThanTheSubmissionQueueHoldsAllWork) {
+  // 600 polls started in one task poll: the 256-slot submission queue fills and is handed
+  // to the kernel in the middle; the one socket written to wins, the rest are cancelled.
+  SG_DRIVER_RUNTIME(rt, two_workers());
+  constexpr std::size_t kSockets = 600;
+  std::vector<Socket> socks;
+  std::vector<int> peers;
+  for (std::size_t i = 0; i < kSockets; ++i) {
+    int sv[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+    auto s = Socket::adopt(rt.context(), sv[0]);
+    ASSERT_TRUE(s.ok());
+    socks.push_back(std::move(*s));
+    peers.push_back(sv[1]);
+  }
+  std::atomic<bool> waiting{false};
+  auto h = rt.spawn([&]() -> exec::Task<std::size_t> {
+    FirstReady all{socks};
+    waiting = true;
+    co_return co_await all;
+  });
+  while (!waiting.load()) std::this_thread::sleep_for(1ms);
+  // Before or after the polls reach the kernel: a poll on a readable socket completes at once.
+  ASSERT_EQ(::send(peers[437], "z", 1, 0), 1);
+  auto r = h.wait();
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(*r, 437u);
+  if (rt.driver_kind() == IoDriverKind::kIoUring) {
+    EXPECT_TRUE(sg::testing::eventually([&] {
+      std::size_t n = 0;
+      for (const auto& ring : rt.ring_stats()) n += ring.in_flight;
+      return n == 0;
+    }));
+  }
+  for (int fd : peers) ::close(fd);
 }
 
 }  // namespace
