@@ -112,18 +112,21 @@ class IoDriverTest(unittest.TestCase):
         sg = Stealgate(with_driver("io_uring"), env={"STEALGATE_IO_DRIVER": None}, wrapper=[NO_IO_URING],
                        wait_ready=False)
         self.assertNotEqual(sg.proc.wait(20), 0)
+        sg.reader.join(5)  # all of its output, before looking for the line
         sg.wait_log(r"runtime.io_driver is io_uring, but io_uring_setup failed: Operation not permitted")
         sg.stop(expect_rc=None)
 
     def test_bad_environment_value_stops_the_start(self):
         sg = Stealgate(config(routes=ROUTES), env={"STEALGATE_IO_DRIVER": "kqueue"}, wait_ready=False)
         self.assertNotEqual(sg.proc.wait(20), 0)
+        sg.reader.join(5)  # all of its output, before looking for the line
         sg.wait_log(r'STEALGATE_IO_DRIVER is "kqueue"; expected auto, io_uring or epoll')
         sg.stop(expect_rc=None)
 
     def test_bad_config_value_names_the_field(self):
         sg = Stealgate(with_driver("kqueue"), wait_ready=False)
         self.assertNotEqual(sg.proc.wait(20), 0)
+        sg.reader.join(5)  # all of its output, before looking for the line
         sg.wait_log(r"stealgate.yaml:2:\d+: runtime.io_driver: .*kqueue")
         sg.stop(expect_rc=None)
 
