@@ -123,9 +123,7 @@ class Daemon {
   // STEALGATE_IO_DRIVER (auto, io_uring, epoll) overrides the file, e.g. from a systemd
   // drop-in, without editing the configuration.
   std::string start_runtime(const config::RuntimeSection& r) {
-    std::string_view setting = r.io_driver == config::IoDriver::kIoUring ? "io_uring"
-                               : r.io_driver == config::IoDriver::kEpoll  ? "epoll"
-                                                                          : "auto";
+    std::string_view setting = config::io_driver_setting(r.io_driver);
     std::string_view source = "runtime.io_driver";
     if (const char* env = std::getenv("STEALGATE_IO_DRIVER"); env != nullptr && *env != '\0') {
       setting = env;

@@ -88,21 +88,24 @@ void matchers(YAML::Emitter& e, const char* key, const std::vector<T>& ms) {
 
 }  // namespace
 
+static void emit_runtime(YAML::Emitter& e, const RuntimeSection& r) {
+  e << YAML::Key << "runtime" << YAML::Value << YAML::BeginMap;
+  if (r.worker_threads == 0) e << YAML::Key << "worker_threads" << YAML::Value << "auto";
+  else e << YAML::Key << "worker_threads" << YAML::Value << r.worker_threads;
+  e << YAML::Key << "io_driver" << YAML::Value << io_driver_setting(r.io_driver);
+  e << YAML::Key << "global_queue_interval" << YAML::Value << r.global_queue_interval;
+  e << YAML::Key << "adaptive_global_queue_interval" << YAML::Value << r.adaptive_global_queue_interval;
+  e << YAML::Key << "event_interval" << YAML::Value << r.event_interval;
+  e << YAML::Key << "coop_budget" << YAML::Value << r.coop_budget;
+  e << YAML::Key << "max_lifo_polls_per_tick" << YAML::Value << r.max_lifo_polls_per_tick;
+  e << YAML::Key << "max_blocking_threads" << YAML::Value << r.max_blocking_threads;
+  e << YAML::EndMap;
+}
+
 std::string to_yaml(const Config& c) {
   YAML::Emitter e;
   e << YAML::BeginMap;
-  e << YAML::Key << "runtime" << YAML::Value << YAML::BeginMap;
-  if (c.runtime.worker_threads == 0) e << YAML::Key << "worker_threads" << YAML::Value << "auto";
-  else e << YAML::Key << "worker_threads" << YAML::Value << c.runtime.worker_threads;
-  e << YAML::Key << "io_driver" << YAML::Value
-    << (c.runtime.io_driver == IoDriver::kIoUring ? "io_uring" : c.runtime.io_driver == IoDriver::kEpoll ? "epoll" : "auto");
-  e << YAML::Key << "global_queue_interval" << YAML::Value << c.runtime.global_queue_interval;
-  e << YAML::Key << "adaptive_global_queue_interval" << YAML::Value << c.runtime.adaptive_global_queue_interval;
-  e << YAML::Key << "event_interval" << YAML::Value << c.runtime.event_interval;
-  e << YAML::Key << "coop_budget" << YAML::Value << c.runtime.coop_budget;
-  e << YAML::Key << "max_lifo_polls_per_tick" << YAML::Value << c.runtime.max_lifo_polls_per_tick;
-  e << YAML::Key << "max_blocking_threads" << YAML::Value << c.runtime.max_blocking_threads;
-  e << YAML::EndMap;
+  emit_runtime(e, c.runtime);
 
   e << YAML::Key << "admin" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "enabled" << YAML::Value << c.admin.enabled;

@@ -24,6 +24,10 @@ struct Address {
 };
 
 enum class IoDriver { kAuto, kIoUring, kEpoll };
+// The setting's word as the file spells it: "auto", "io_uring", "epoll".
+inline const char* io_driver_setting(IoDriver d) {
+  return d == IoDriver::kIoUring ? "io_uring" : d == IoDriver::kEpoll ? "epoll" : "auto";
+}
 
 struct RuntimeSection {
   std::size_t worker_threads = 0;  // 0 = auto: CPUs available to the process

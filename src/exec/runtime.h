@@ -79,7 +79,6 @@ class Handle {
 
   bool valid() const noexcept { return s_ != nullptr; }
   Scheduler* scheduler() const noexcept { return s_; }
-  Driver* driver() const noexcept { return s_->driver(); }
   const RuntimeConfig& config() const noexcept { return s_->config(); }
   RuntimeStats stats() const { return s_->stats(); }
 

@@ -83,13 +83,6 @@ void Scheduler::start() {
 
 bool Scheduler::is_worker_thread() const { return tl_ctx.scheduler == this; }
 
-Driver* Scheduler::driver() {
-  if (drivers_.empty()) return nullptr;
-  const ThreadContext& c = tl_ctx;
-  if (per_worker_drivers_ && c.scheduler == this && c.worker != nullptr) return drivers_[c.worker_index].get();
-  return drivers_[0].get();
-}
-
 void Scheduler::schedule(TaskHeader* t, ScheduleKind kind) {
   if (is_shutdown_complete()) {
     t->vtable->shutdown(t);

@@ -86,9 +86,6 @@ class Scheduler {
   InjectQueue& inject() { return inject_; }
   Idle& idle() { return idle_; }
   DriverSlot& driver_slot(std::size_t worker) { return slots_[per_worker_drivers_ ? worker : 0]; }
-  // The I/O driver of the calling worker (its own, or the shared one); off the workers,
-  // worker 0's. Null when the runtime has no I/O driver.
-  Driver* driver();
   bool per_worker_drivers() const { return per_worker_drivers_; }
   Timers& timers() { return timers_; }
   BlockingPool& blocking() { return *blocking_; }
