@@ -371,6 +371,7 @@ exec::Task<void> serve_connection(Gateway& gw, std::shared_ptr<ListenerState> ls
 exec::Task<void> accept_loop(Gateway& gw, std::shared_ptr<ListenerState> ls) {
   int backoff_ms = 10;
   for (;;) {
+    if (ls->stopping.load(std::memory_order_acquire)) co_return;
     std::shared_ptr<const Snapshot> snap = gw.snapshot();
     const config::ListenerSection* lcfg = snap->listener(ls->key);
     std::size_t max_conn = lcfg != nullptr ? lcfg->max_connections : 10000;
@@ -381,7 +382,10 @@ exec::Task<void> accept_loop(Gateway& gw, std::shared_ptr<ListenerState> ls) {
       continue;
     }
     auto conn = co_await ls->listener->accept();
-    if (ls->stopping.load(std::memory_order_acquire)) co_return;
+    // A connection accepted while the listener stops (drain, restart, upgrade) was taken
+    // from the backlog: it is served (registered fresh, so drain answers its first request),
+    // never dropped. The loop ends at the top.
+    if (!conn.ok() && ls->stopping.load(std::memory_order_acquire)) co_return;
     if (!conn.ok()) {
       std::error_code ec = conn.error();
       ls->stats.accept_errors.fetch_add(1, std::memory_order_relaxed);
