@@ -3,6 +3,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <utility>
+
+#include "io/uring.h"
+
 namespace sg::io {
 
 Result<Socket> Socket::adopt(IoContext io, int fd) {
@@ -26,13 +30,18 @@ Socket& Socket::operator=(Socket&& o) noexcept {
     close();
     fd_ = o.fd_;
     desc_ = std::move(o.desc_);
+    recv_ = o.recv_;
     o.fd_ = -1;
     o.desc_.reset();
+    o.recv_ = nullptr;
   }
   return *this;
 }
 
 void Socket::close() {
+  // The receive first: the kernel holds the file until the operation ends, whatever
+  // becomes of the descriptor number.
+  cancel_and_release(std::exchange(recv_, nullptr));
   if (fd_ < 0) return;
   if (desc_) {
     std::error_code ec;

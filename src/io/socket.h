@@ -3,8 +3,9 @@
 // On the epoll driver (Asio's reactor) a socket is registered with the reactor once, when
 // it is created (an Asio descriptor object; one epoll_ctl), and readiness waits are Asio
 // waits. On io_uring it is a plain descriptor: nothing is registered, and a wait is a poll
-// operation on the ring of the worker that waits (io/uring.h). Reads and writes are the
-// same non-blocking syscalls on both (io/tcp.h).
+// operation on the ring of the worker that waits (io/uring.h). On io_uring a stream's
+// readable wait is a receive whose bytes the socket keeps until a read takes them
+// (receive_op(); io/tcp.h); writes are the same non-blocking syscalls on both.
 #pragma once
 
 #include <asio/io_context.hpp>
@@ -22,6 +23,7 @@ using tcp = asio::ip::tcp;
 using Descriptor = asio::posix::basic_stream_descriptor<asio::io_context::executor_type>;
 
 enum class Interest : uint8_t { kRead, kWrite };
+struct UringOp;
 
 // Where sockets are created: with a reactor (the epoll driver), registered with it;
 // without one (io_uring), plain descriptors.
@@ -34,7 +36,11 @@ class Socket {
   Socket() = default;
   // Takes ownership of `fd` (already non-blocking). On failure `fd` is closed.
   static Result<Socket> adopt(IoContext io, int fd);
-  Socket(Socket&& o) noexcept : fd_(o.fd_), desc_(std::move(o.desc_)) { o.fd_ = -1; o.desc_.reset(); }
+  Socket(Socket&& o) noexcept : fd_(o.fd_), desc_(std::move(o.desc_)), recv_(o.recv_) {
+    o.fd_ = -1;
+    o.desc_.reset();
+    o.recv_ = nullptr;
+  }
   Socket& operator=(Socket&& o) noexcept;
   Socket(const Socket&) = delete;
   Socket& operator=(const Socket&) = delete;
@@ -42,10 +48,14 @@ class Socket {
 
   int native_handle() const { return fd_; }
   bool is_open() const { return fd_ >= 0; }
-  // Closes the descriptor; pending reactor waits complete as aborted.
+  // Closes the descriptor; pending reactor waits complete as aborted, a pending receive is
+  // cancelled (and bytes it received and no read took are dropped).
   void close();
   // The reactor registration (null on io_uring, or when closed).
   Descriptor* reactor_handle() { return desc_ ? &*desc_ : nullptr; }
+  // io_uring: the socket's receive, started by a readable wait and kept (with what it
+  // received) until a read has taken all of it (holds a reference; see io/uring.h).
+  UringOp*& receive_op() { return recv_; }
 
   tcp::endpoint local_endpoint() const;
   tcp::endpoint remote_endpoint() const;
@@ -53,6 +63,7 @@ class Socket {
  private:
   int fd_ = -1;
   std::optional<Descriptor> desc_;  // epoll driver: owns fd_ (closing it closes fd_)
+  UringOp* recv_ = nullptr;
 };
 
 }  // namespace sg::io

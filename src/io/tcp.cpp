@@ -7,8 +7,12 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <vector>
+
+#include "io/uring.h"
 
 
 namespace sg::io {
@@ -29,9 +33,59 @@ struct SpendBudget {
   void await_resume() const noexcept {}
 };
 
+// One non-blocking recv: nullopt when it would block.
+std::optional<IoResult> recv_now(int fd, std::span<char> buf) {
+  for (;;) {
+    ssize_t n = ::recv(fd, buf.data(), buf.size(), 0);
+    if (n >= 0) return IoResult{{}, static_cast<std::size_t>(n)};
+    int e = errno;
+    if (e == EINTR) continue;
+    if (would_block(e)) return std::nullopt;
+    return IoResult{{e, std::system_category()}, 0};
+  }
+}
+
+// Whether reads on `s` go through receives on the current worker's ring.
+bool uses_receives(Socket& s) {
+  if (s.receive_op() != nullptr) return true;
+  if (s.reactor_handle() != nullptr) return false;
+  UringDriver* ring = current_ring();
+  return ring != nullptr && ring->receives();
+}
+
 }  // namespace
 
+std::optional<IoResult> TcpStream::take_received(std::span<char> buf) {
+  UringOp*& op = sock_.receive_op();
+  if (op == nullptr || !op->completed.load(std::memory_order_acquire)) return std::nullopt;
+  if (op->res == -ENOBUFS) {
+    // The ring had no free buffer: the bytes are still in the socket.
+    release(std::exchange(op, nullptr));
+    return recv_now(sock_.native_handle(), buf);
+  }
+  // An error or EOF stays (every later read sees it again, as recv would); bytes are
+  // copied out until none are left, then the receive (and its buffer) goes.
+  if (op->res < 0) return IoResult{{-op->res, std::system_category()}, 0};
+  std::span<const char> got = received_bytes(op);
+  if (got.empty()) return IoResult{{}, 0};
+  const std::size_t n = std::min(got.size(), buf.size());
+  std::memcpy(buf.data(), got.data(), n);
+  op->taken += static_cast<uint32_t>(n);
+  if (n == got.size()) release(std::exchange(op, nullptr));
+  return IoResult{{}, n};
+}
+
 exec::Task<IoResult> TcpStream::read_some(std::span<char> buf, Deadline dl) {
+  if (uses_receives(sock_)) {
+    for (;;) {
+      if (auto got = take_received(buf)) {
+        co_await SpendBudget{};
+        co_return *got;
+      }
+      EitherReadable w = co_await wait_readable(nullptr, dl);
+      if (w.ec) co_return IoResult{w.ec, 0};
+    }
+  }
   const int fd = sock_.native_handle();
   for (;;) {
     ssize_t n = ::recv(fd, buf.data(), buf.size(), 0);
@@ -49,15 +103,9 @@ exec::Task<IoResult> TcpStream::read_some(std::span<char> buf, Deadline dl) {
 }
 
 std::optional<IoResult> TcpStream::try_read(std::span<char> buf) {
-  const int fd = sock_.native_handle();
-  for (;;) {
-    ssize_t n = ::recv(fd, buf.data(), buf.size(), 0);
-    if (n >= 0) return IoResult{{}, static_cast<std::size_t>(n)};
-    int e = errno;
-    if (e == EINTR) continue;
-    if (would_block(e)) return std::nullopt;
-    return IoResult{{e, std::system_category()}, 0};
-  }
+  // A receive that is still running gets the next bytes: a recv now could reorder them.
+  if (sock_.receive_op() != nullptr) return take_received(buf);
+  return recv_now(sock_.native_handle(), buf);
 }
 
 exec::Task<std::error_code> TcpStream::write_all(std::span<const std::string_view> bufs, Deadline dl) {
@@ -115,6 +163,14 @@ exec::Task<std::error_code> TcpStream::write_all(std::string_view data, Deadline
 }
 
 TcpStream::PeerState TcpStream::peek() {
+  if (UringOp* op = sock_.receive_op()) {
+    // What the receive took is no longer in the socket. One still running may have taken
+    // bytes whose completion is not reaped yet: "data", the answer that keeps the
+    // connection from being reused (upstream pool) and from being taken for gone.
+    if (!op->completed.load(std::memory_order_acquire)) return PeerState::kData;
+    if (op->res > 0) return PeerState::kData;
+    if (op->res != -ENOBUFS) return PeerState::kClosed;
+  }
   char c;
   ssize_t n = ::recv(sock_.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
   if (n > 0) return PeerState::kData;

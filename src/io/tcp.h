@@ -1,8 +1,9 @@
 // TCP streams and listeners on the executor.
 //
-// Reads and writes are plain non-blocking syscalls made by the worker running the task;
-// only when one would block does the task wait for readiness through the reactor
-// (wait_ready). Each completed operation spends one unit of the task's coop budget.
+// On epoll, reads and writes are plain non-blocking syscalls made by the worker running the
+// task; only when one would block does the task wait for readiness through the reactor
+// (wait_ready). On io_uring a read that finds nothing waits with the socket's receive
+// (io/uring.h) and copies what it brought; writes are syscalls on both. Each completed operation spends one unit of the task's coop budget.
 // Deadlines are absolute (io::Deadline); an expired wait yields errc::timed_out and
 // leaves the socket usable (e.g. to write a 408 before closing).
 #pragma once
@@ -72,6 +73,9 @@ class TcpStream {
 
  private:
   friend class TcpListener;
+  // io_uring: copies what the socket's completed receive holds (an error or EOF too);
+  // nullopt when there is none, or it is still running.
+  std::optional<IoResult> take_received(std::span<char> buf);
   Socket sock_;
   std::optional<tcp::endpoint> peer_;  // known at accept
 };

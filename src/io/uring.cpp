@@ -2,6 +2,7 @@
 
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -25,6 +26,7 @@ constexpr uint64_t kCancelTag = 2;  // an ASYNC_CANCEL's own completion
 // keeps any excess, IORING_FEAT_NODROP, until there is room).
 constexpr unsigned kCqEntries = 16384;
 constexpr uint32_t kReapWhenFull = 64;
+constexpr int kBufferGroup = 0;
 
 thread_local UringDriver* tl_ring = nullptr;
 
@@ -33,12 +35,21 @@ UringOp* new_op() {
   return new (p) UringOp();
 }
 
-void unref(UringOp* op) noexcept {
-  // acq_rel: the last owner sees every write the other made before dropping its reference.
+}  // namespace
+
+void retain(UringOp* op) noexcept { op->refs.fetch_add(1, std::memory_order_relaxed); }
+
+void release(UringOp* op) noexcept {
+  // acq_rel: the last owner sees every write the other made before dropping its reference
+  // (a receive's result and buffer, written by the ring's thread).
   if (op->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  if (op->buffer >= 0) op->ring->recycle(op->buffer);
   op->~UringOp();
   exec::task_free(op, sizeof(UringOp));
 }
+
+namespace {
+void unref(UringOp* op) noexcept { release(op); }
 
 std::error_code errno_code(int e) { return {e, std::system_category()}; }
 
@@ -61,6 +72,7 @@ Result<std::unique_ptr<UringDriver>> UringDriver::create(unsigned entries) {
   }
   if (rc < 0) return errno_code(-rc);
   d->ring_ready_ = true;
+  d->setup_buffers();
   d->wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (d->wake_fd_ < 0) return errno_code(errno);
   d->arm_wake_read();
@@ -88,6 +100,61 @@ UringDriver::~UringDriver() {
   shutdown();
   if (wake_fd_ >= 0) ::close(wake_fd_);
   if (ring_ready_) io_uring_queue_exit(&ring_);
+  if (buf_ring_ != nullptr) ::munmap(buf_ring_, kReceiveBuffers * sizeof(io_uring_buf));
+  if (buffers_ != nullptr) ::munmap(buffers_, std::size_t{kReceiveBuffers} * kReceiveBufferSize);
+}
+
+void UringDriver::setup_buffers() {
+  // The buffer ring is memory shared with the kernel: page-aligned, registered by hand
+  // (Debian's liburing 2.3 predates io_uring_setup_buf_ring). The buffers are mapped, not
+  // allocated: a page costs memory only once a receive has used it. A kernel without
+  // buffer rings (before 5.19) leaves receives() false: reads then wait with polls.
+  const std::size_t ring_bytes = kReceiveBuffers * sizeof(io_uring_buf);
+  void* ring_mem = ::mmap(nullptr, ring_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (ring_mem == MAP_FAILED) return;
+  void* bufs = ::mmap(nullptr, std::size_t{kReceiveBuffers} * kReceiveBufferSize, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (bufs == MAP_FAILED) {
+    ::munmap(ring_mem, ring_bytes);
+    return;
+  }
+  io_uring_buf_reg reg{};
+  reg.ring_addr = reinterpret_cast<uintptr_t>(ring_mem);
+  reg.ring_entries = kReceiveBuffers;
+  reg.bgid = kBufferGroup;
+  if (io_uring_register_buf_ring(&ring_, &reg, 0) != 0) {
+    ::munmap(ring_mem, ring_bytes);
+    ::munmap(bufs, std::size_t{kReceiveBuffers} * kReceiveBufferSize);
+    return;
+  }
+  buf_ring_ = static_cast<io_uring_buf_ring*>(ring_mem);
+  buffers_ = static_cast<char*>(bufs);
+  io_uring_buf_ring_init(buf_ring_);
+  const int mask = io_uring_buf_ring_mask(kReceiveBuffers);
+  for (unsigned i = 0; i < kReceiveBuffers; ++i) {
+    io_uring_buf_ring_add(buf_ring_, buffers_ + std::size_t{i} * kReceiveBufferSize, kReceiveBufferSize,
+                          static_cast<unsigned short>(i), mask, static_cast<int>(i));
+  }
+  io_uring_buf_ring_advance(buf_ring_, static_cast<int>(kReceiveBuffers));
+}
+
+void UringDriver::recycle(int buffer) {
+  buffers_in_use_.fetch_sub(1, std::memory_order_relaxed);
+  if (!on_ring_thread()) {
+    // Only the ring's thread writes the buffer ring: the buffer waits in a queue it
+    // drains at its next poll or park (no unpark needed: until then it takes no receives).
+    {
+      std::lock_guard lk(remote_mu_);
+      remote_recycles_.push_back(buffer);
+    }
+    has_remote_.store(true, std::memory_order_release);
+    return;
+  }
+  // The ring's tail is published with a release store (io_uring_buf_ring_advance): the
+  // kernel sees the entry before it may hand the buffer out again.
+  io_uring_buf_ring_add(buf_ring_, buffers_ + std::size_t(buffer) * kReceiveBufferSize, kReceiveBufferSize,
+                        static_cast<unsigned short>(buffer), io_uring_buf_ring_mask(kReceiveBuffers), 0);
+  io_uring_buf_ring_advance(buf_ring_, 1);
 }
 
 void UringDriver::attach() { tl_ring = this; }
@@ -128,6 +195,45 @@ UringOp* UringDriver::start_poll(int fd, uint32_t events, exec::Waker w, std::si
   return op;
 }
 
+UringOp* UringDriver::start_receive(int fd, exec::Waker w, std::size_t tag) {
+  UringOp* op = new_op();
+  op->waker = std::move(w);
+  op->tag = tag;
+  op->ring = this;
+  op->receive = true;
+  in_flight_.fetch_add(1, std::memory_order_relaxed);
+  io_uring_sqe* e = sqe();
+  io_uring_prep_recv(e, fd, nullptr, kReceiveBufferSize, 0);
+  e->flags |= IOSQE_BUFFER_SELECT;
+  e->buf_group = kBufferGroup;
+  io_uring_sqe_set_data(e, op);
+  return op;
+}
+
+void arm_receive(UringOp* op, exec::Waker w, std::size_t tag) noexcept {
+  {
+    std::lock_guard lk(op->lock);
+    if (!op->completed.load(std::memory_order_relaxed)) {
+      op->waker = std::move(w);
+      op->tag = tag;
+      return;
+    }
+  }
+  std::move(w).wake({std::error_code{}, tag}, exec::ScheduleKind::kDriver);  // already there
+}
+
+void disarm_receive(UringOp* op) noexcept {
+  exec::Waker stale;
+  std::lock_guard lk(op->lock);
+  stale = std::move(op->waker);  // its task reference is dropped after the unlock
+}
+
+std::span<const char> received_bytes(const UringOp* op) noexcept {
+  if (op->buffer < 0 || op->res <= 0) return {};
+  const char* p = op->ring->buffers_ + std::size_t(op->buffer) * UringDriver::kReceiveBufferSize;
+  return {p + op->taken, static_cast<std::size_t>(op->res) - op->taken};
+}
+
 void UringDriver::submit_cancel(UringOp* op) {
   io_uring_sqe* e = sqe();
   io_uring_prep_cancel(e, op, 0);
@@ -145,17 +251,27 @@ void UringDriver::queue_remote_cancel(UringOp* op) {
   unpark();
 }
 
-void UringDriver::drain_remote_cancels() {
+void UringDriver::drain_remote() {
   if (!has_remote_.load(std::memory_order_acquire)) return;
   std::vector<UringOp*> todo;
+  std::vector<int> buffers;
   {
     std::lock_guard lk(remote_mu_);
     todo.swap(remote_cancels_);
+    buffers.swap(remote_recycles_);
     has_remote_.store(false, std::memory_order_relaxed);
+  }
+  if (!buffers.empty()) {
+    const int mask = io_uring_buf_ring_mask(kReceiveBuffers);
+    for (std::size_t i = 0; i < buffers.size(); ++i) {
+      io_uring_buf_ring_add(buf_ring_, buffers_ + std::size_t(buffers[i]) * kReceiveBufferSize, kReceiveBufferSize,
+                            static_cast<unsigned short>(buffers[i]), mask, static_cast<int>(i));
+    }
+    io_uring_buf_ring_advance(buf_ring_, static_cast<int>(buffers.size()));
   }
   for (UringOp* op : todo) {
     if (!op->completed.load(std::memory_order_acquire)) submit_cancel(op);
-    unref(op);
+    unref(op);  // may recycle a buffer: this is the ring's thread
   }
 }
 
@@ -173,16 +289,31 @@ void cancel_and_release(UringOp* op) noexcept {
   unref(op);
 }
 
-void UringDriver::complete(UringOp* op, int res) {
+void UringDriver::complete(UringOp* op, int res, uint32_t flags) {
   in_flight_.fetch_sub(1, std::memory_order_relaxed);
-  exec::Waker w = std::move(op->waker);
-  op->completed.store(true, std::memory_order_release);
+  op->res = res;
+  if ((flags & IORING_CQE_F_BUFFER) != 0) {
+    op->buffer = static_cast<int>(flags >> IORING_CQE_BUFFER_SHIFT);
+    buffers_in_use_.fetch_add(1, std::memory_order_relaxed);
+  }
+  if (res == -ENOBUFS) buffer_shortages_.fetch_add(1, std::memory_order_relaxed);
+  exec::Waker w;
+  std::size_t tag;
+  {
+    std::lock_guard lk(op->lock);
+    w = std::move(op->waker);
+    tag = op->tag;
+    // Release: whoever sees `completed` (acquire) sees res and buffer.
+    op->completed.store(true, std::memory_order_release);
+  }
+  // A receive's result, error included, is read from the operation by the task; its wake
+  // only says "done" (a cancelled one: its socket was closed, or the runtime stops). A
+  // poll that reports POLLERR/POLLHUP is still "ready": the read or write that follows
+  // gets the socket's error.
   std::error_code ec;
   if (res == -ECANCELED) ec = std::make_error_code(std::errc::operation_canceled);
-  else if (res < 0) ec = errno_code(-res);
-  // A poll that reports POLLERR/POLLHUP is still "ready": the read or write that follows
-  // gets the socket's error.
-  std::move(w).wake({ec, op->tag}, exec::ScheduleKind::kDriver);
+  else if (res < 0 && !op->receive) ec = errno_code(-res);
+  if (w) std::move(w).wake({ec, tag}, exec::ScheduleKind::kDriver);
   unref(op);
 }
 
@@ -192,12 +323,13 @@ uint32_t UringDriver::reap(uint32_t max_events) {
   while (n < max_events && io_uring_peek_cqe(&ring_, &cqe) == 0) {
     const uint64_t data = io_uring_cqe_get_data64(cqe);
     const int res = cqe->res;
+    const uint32_t flags = cqe->flags;
     io_uring_cqe_seen(&ring_, cqe);
     if (data == kWakeTag) {
       wake_pending_.store(false, std::memory_order_release);
       if (!shut_down_) arm_wake_read();
     } else if (data != kCancelTag) {
-      complete(reinterpret_cast<UringOp*>(static_cast<uintptr_t>(data)), res);
+      complete(reinterpret_cast<UringOp*>(static_cast<uintptr_t>(data)), res, flags);
       ++n;
     }
   }
@@ -209,7 +341,7 @@ void UringDriver::flush() {
 }
 
 uint32_t UringDriver::poll(uint32_t max_events) {
-  drain_remote_cancels();
+  drain_remote();
   // Entering the kernel also posts completions whose task work is pending (TASKRUN_FLAG).
   if (io_uring_sq_ready(&ring_) != 0 || (IO_URING_READ_ONCE(*ring_.sq.kflags) & IORING_SQ_TASKRUN) != 0) {
     io_uring_submit_and_get_events(&ring_);
@@ -218,7 +350,7 @@ uint32_t UringDriver::poll(uint32_t max_events) {
 }
 
 uint32_t UringDriver::park(uint32_t max_events, std::optional<std::chrono::milliseconds> timeout) {
-  drain_remote_cancels();
+  drain_remote();
   if (io_uring_cq_ready(&ring_) != 0) {
     if (io_uring_sq_ready(&ring_) != 0) io_uring_submit(&ring_);  // e.g. the cancels just queued
   } else {
@@ -259,7 +391,7 @@ void UringDriver::cancel_everything() {
   io_uring_prep_cancel(e, nullptr, IORING_ASYNC_CANCEL_ANY);
   io_uring_sqe_set_data64(e, kCancelTag);
   while (in_flight_.load(std::memory_order_relaxed) != 0) {
-    drain_remote_cancels();
+    drain_remote();
     io_uring_cqe* cqe = nullptr;
     __kernel_timespec ts{0, 100'000'000};
     io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &ts, nullptr);
@@ -270,7 +402,7 @@ void UringDriver::cancel_everything() {
       io_uring_sqe_set_data64(e, kCancelTag);
     }
   }
-  drain_remote_cancels();
+  drain_remote();
 }
 
 UringDriver* current_ring() noexcept { return tl_ring; }

@@ -16,6 +16,21 @@
 // (any worker may poll any task). Its next operations go to the ring of the worker it
 // then runs on.
 //
+// Receives: a readable wait on a stream is a receive (IORING_OP_RECV with IOSQE_BUFFER_SELECT)
+// into one of the ring's provided buffers (a buffer ring of kReceiveBuffers x
+// kReceiveBufferSize, registered per ring), so no buffer is tied to a socket until bytes
+// arrive: an idle keep-alive connection holds none. The completed operation holds the
+// bytes until the task takes them (io/tcp.cpp copies them into the reader's buffer), and
+// the buffer goes back to the ring that provided it: at once on that ring's thread, through
+// a queue drained at its next poll or park from any other. A receive belongs to its socket,
+// not to one wait: a wait that stops waiting (deadline, the other socket of an either-wait)
+// only disarms it, and the next read on the socket takes what it received, so no byte is
+// lost or reordered. Closing the socket cancels it. Single-shot, not multishot, on purpose:
+// a multishot receive keeps filling the ring's shared buffers for a connection whose task
+// is not reading (a body relayed to a slow upstream), which both drops TCP backpressure
+// and starves the other sockets of the worker; one receive per wait costs one SQE, and SQEs
+// are submitted in batches, so it costs no syscall.
+//
 // Cancellation: a wait that lost a race (its deadline fired, or the other socket of an
 // either-wait) or whose task was dropped cancels its operation (IORING_OP_ASYNC_CANCEL by
 // user_data). An operation is reference-counted (its ring's reference until the final
@@ -33,28 +48,51 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "common/result.h"
 #include "exec/coro.h"
 #include "exec/driver.h"
+#include "exec/spin_lock.h"
 
 namespace sg::io {
 
 class UringDriver;
 
-// One in-flight operation. Allocated by start_poll(), freed by its last reference.
+// One in-flight operation. Allocated by start_poll() or start_receive(), freed by its last
+// reference.
 struct UringOp {
   std::atomic<uint32_t> refs{2};      // the ring's (until the final CQE) and the waiter's
   std::atomic<bool> completed{false};  // the final CQE was reaped (release/acquire)
+  // Guards `waker` (and `tag`) between a completion on the ring's thread and a receive's
+  // waiter re-arming or disarming it from the thread its task runs on.
+  exec::SpinLock lock;
   exec::Waker waker;
   std::size_t tag = 0;
   UringDriver* ring = nullptr;
+  // A receive's result, written before `completed` is released: bytes (or 0 at EOF, or
+  // -errno), the provided buffer holding them (-1: none) and how many were taken.
+  bool receive = false;
+  int res = 0;
+  int buffer = -1;
+  uint32_t taken = 0;
 };
 
 // Drops the waiter's reference to `op`, cancelling it first if it has not completed.
 void cancel_and_release(UringOp* op) noexcept;
+// Another reference to `op` / dropping one (a receive's buffer goes back to its ring with
+// the last).
+void retain(UringOp* op) noexcept;
+void release(UringOp* op) noexcept;
+// A receive's waiter: arm() makes `w` the waiter of the (re-armable) receive `op`, or wakes
+// it at once when `op` has already completed; disarm() stops waiting (the receive goes on,
+// its result kept in `op`).
+void arm_receive(UringOp* op, exec::Waker w, std::size_t tag) noexcept;
+void disarm_receive(UringOp* op) noexcept;
+// The received bytes of a completed receive not taken yet.
+std::span<const char> received_bytes(const UringOp* op) noexcept;
 
 class UringDriver final : public exec::Driver {
  public:
@@ -81,25 +119,42 @@ class UringDriver final : public exec::Driver {
   // `tag` (or with the error). Only from the ring's worker thread. Returns the operation,
   // holding the caller's reference (give it back with cancel_and_release).
   UringOp* start_poll(int fd, uint32_t events, exec::Waker w, std::size_t tag);
+  // Starts a receive on `fd` into one of this ring's provided buffers, waking `w` with
+  // `tag` when it completes (its result is in the operation, not the wake). Only from the
+  // ring's worker thread, and only when receives() (the kernel took the buffer ring).
+  UringOp* start_receive(int fd, exec::Waker w, std::size_t tag);
+  bool receives() const { return buffers_ != nullptr; }
+
+  static constexpr unsigned kReceiveBuffers = 256;          // per ring
+  static constexpr unsigned kReceiveBufferSize = 16 * 1024;  // a head, or a piece of a body
 
   // Operations started and not yet completed, and cancels: sent by this ring's worker, and
   // queued to it by other threads (for tests and metrics).
   std::size_t in_flight() const { return in_flight_.load(std::memory_order_relaxed); }
   uint64_t cancels() const { return cancels_.load(std::memory_order_relaxed); }
   uint64_t remote_cancels() const { return remote_cancels_total_.load(std::memory_order_relaxed); }
+  // Provided buffers holding received bytes not yet taken, and receives that found every
+  // buffer in use (each then reads with a plain recv).
+  std::size_t buffers_in_use() const { return buffers_in_use_.load(std::memory_order_relaxed); }
+  uint64_t buffer_shortages() const { return buffer_shortages_.load(std::memory_order_relaxed); }
 
  private:
   friend void cancel_and_release(UringOp* op) noexcept;
+  friend void release(UringOp* op) noexcept;
+  friend std::span<const char> received_bytes(const UringOp* op) noexcept;
   UringDriver() = default;
+
+  void setup_buffers();
+  void recycle(int buffer);
+  void drain_remote();
 
   bool on_ring_thread() const;
   io_uring_sqe* sqe();
   void submit_cancel(UringOp* op);
   void queue_remote_cancel(UringOp* op);
-  void drain_remote_cancels();
   void arm_wake_read();
   uint32_t reap(uint32_t max_events);
-  void complete(UringOp* op, int res);
+  void complete(UringOp* op, int res, uint32_t flags);
   void cancel_everything();
 
   io_uring ring_{};
@@ -111,8 +166,16 @@ class UringDriver final : public exec::Driver {
   std::atomic<uint64_t> cancels_{0};
   std::atomic<uint64_t> remote_cancels_total_{0};
 
+  // The buffer ring shared with the kernel (written by this ring's thread only) and the
+  // buffers it hands out.
+  io_uring_buf_ring* buf_ring_ = nullptr;
+  char* buffers_ = nullptr;
+  std::atomic<std::size_t> buffers_in_use_{0};
+  std::atomic<uint64_t> buffer_shortages_{0};
+
   std::mutex remote_mu_;
   std::vector<UringOp*> remote_cancels_;  // under remote_mu_; each holds a reference
+  std::vector<int> remote_recycles_;      // under remote_mu_: buffers freed on other threads
   std::atomic<bool> has_remote_{false};
   bool shut_down_ = false;
 };

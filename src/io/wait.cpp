@@ -29,4 +29,28 @@ void ReadyWait::cancel() noexcept {
   op_ = nullptr;
 }
 
+void ReceiveWait::start(Socket& s, exec::Waker w, std::size_t tag) {
+  UringOp*& op = s.receive_op();
+  UringDriver* ring = s.reactor_handle() == nullptr ? current_ring() : nullptr;
+  if (op == nullptr && (ring == nullptr || !ring->receives() || !s.is_open())) {
+    poll_.start(s, Interest::kRead, std::move(w), tag);
+    return;
+  }
+  if (op == nullptr) {
+    op = ring->start_receive(s.native_handle(), std::move(w), tag);  // the socket's reference
+  } else {
+    arm_receive(op, std::move(w), tag);  // (a stolen task: op may be another ring's)
+  }
+  retain(op);
+  op_ = op;
+}
+
+void ReceiveWait::stop() noexcept {
+  poll_.cancel();
+  if (op_ == nullptr) return;
+  disarm_receive(op_);
+  release(op_);
+  op_ = nullptr;
+}
+
 }  // namespace sg::io

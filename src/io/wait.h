@@ -107,6 +107,26 @@ class ReadyWait {
   UringOp* op_ = nullptr;  // io_uring: the pending poll (our reference)
 };
 
+// A readable wait on a stream that, on io_uring, is the socket's receive (Socket::
+// receive_op): start() starts it, or re-arms the one a previous wait left running, or wakes
+// at once when it has completed; stop() (and the destructor) only disarms it, so what it
+// receives stays for the next read. On epoll, and on a ring without provided buffers, it is
+// a ReadyWait for readability.
+class ReceiveWait {
+ public:
+  ReceiveWait() = default;
+  ReceiveWait(const ReceiveWait&) = delete;
+  ReceiveWait& operator=(const ReceiveWait&) = delete;
+  ~ReceiveWait() { stop(); }
+
+  void start(Socket& s, exec::Waker w, std::size_t tag);
+  void stop() noexcept;
+
+ private:
+  ReadyWait poll_;
+  UringOp* op_ = nullptr;  // the receive this wait armed (our reference)
+};
+
 // Waits until `sock` is ready for `what` or the deadline passes; yields the error (or
 // errc::timed_out). The losing side is cancelled on resume (and by the destructors when
 // the task is dropped while waiting).
@@ -135,7 +155,9 @@ struct ReadyAwaiter {
 inline ReadyAwaiter wait_ready(Socket& sock, Interest what, Deadline dl) { return ReadyAwaiter{sock, what, dl}; }
 
 // Waits until `a` or `b` (when given) is readable, or the deadline passes. Yields 0 or 1
-// for which socket became ready, or an error (errc::timed_out at the deadline).
+// for which socket became ready, or an error (errc::timed_out at the deadline). `a`'s wait
+// is its receive (ReceiveWait: on io_uring the bytes are then in the socket, for the read
+// that follows); `b`'s only looks (a poll), so nothing of `b` is consumed.
 struct EitherReadable {
   int which = -1;
   std::error_code ec;
@@ -146,7 +168,7 @@ struct EitherAwaiter {
   Socket* b;  // nullptr: wait for `a` alone
   Deadline deadline;
   exec::TimerEntry timer{};
-  ReadyWait wait_a{};
+  ReceiveWait wait_a{};
   ReadyWait wait_b{};
 
   bool await_ready() const noexcept { return false; }
@@ -154,12 +176,12 @@ struct EitherAwaiter {
     exec::Waker w = exec::arm_wait(h);
     if (deadline.is_set()) arm_deadline(timer, deadline, w.clone());
     if (b != nullptr) wait_b.start(*b, Interest::kRead, w.clone(), kTagReady + 2);
-    wait_a.start(a, Interest::kRead, std::move(w), kTagReady);
+    wait_a.start(a, std::move(w), kTagReady);
   }
   EitherReadable await_resume() {
     const exec::WaitResult r = exec::last_wait_result();
     timer.cancel();
-    wait_a.cancel();
+    wait_a.stop();
     wait_b.cancel();
     if (r.value == kTagTimer) {
       return {-1, r.code == 0 ? std::make_error_code(std::errc::timed_out) : r.ec()};

@@ -125,7 +125,8 @@ void executor_families(Families& fs, const exec::RuntimeStats& st) {
 }
 
 // The io_uring rings, one series per worker (absent on epoll): operations in flight (each
-// waiting socket holds one) and cancels by where they came from.
+// waiting socket holds one), cancels by where they came from, and the provided receive
+// buffers (in use, and receives that found none free).
 void io_uring_families(Families& fs, const std::vector<io::RingStats>& rings) {
   if (rings.empty()) return;
   auto& in_flight = fs.family("stealgate_executor_io_uring_ops_in_flight",
@@ -135,12 +136,21 @@ void io_uring_families(Families& fs, const std::vector<io::RingStats>& rings) {
                             "Operations cancelled on a worker's ring, by the thread that cancelled (own: the "
                             "ring's worker; other: queued to it by another thread).",
                             MetricType::Counter);
+  auto& in_use = fs.family("stealgate_executor_io_uring_receive_buffers_in_use",
+                           "Provided receive buffers of a worker's ring holding received bytes not yet read (of 256).",
+                           MetricType::Gauge);
+  auto& shortages = fs.family("stealgate_executor_io_uring_receive_buffer_shortages_total",
+                              "Receives on a worker's ring that found no free provided buffer (each then read "
+                              "with a plain recv).",
+                              MetricType::Counter);
   for (std::size_t w = 0; w < rings.size(); ++w) {
     const std::string worker = std::to_string(w);
     Families::add(in_flight, {{"worker", worker}}, static_cast<double>(rings[w].in_flight));
     Families::add(cancels, {{"worker", worker}, {"from", "own"}},
                   static_cast<double>(rings[w].cancels));
     Families::add(cancels, {{"worker", worker}, {"from", "other"}}, static_cast<double>(rings[w].remote_cancels));
+    Families::add(in_use, {{"worker", worker}}, static_cast<double>(rings[w].buffers_in_use));
+    Families::add(shortages, {{"worker", worker}}, static_cast<double>(rings[w].buffer_shortages));
   }
 }
 

@@ -1,0 +1,257 @@
+// Reads through the socket's receive (io_uring: a receive into a provided buffer that the
+// socket keeps until a read takes it; epoll: readiness and recv), on both drivers: a read
+// that times out or a wait that another socket won loses no byte; a receive bigger than
+// the reader's buffer is taken in pieces, in order; an idle reader holds no buffer; more
+// ready sockets than buffers still read everything; closing a socket whose received bytes
+// nobody took gives the buffer back.
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "exec/scheduler.h"
+#include "io/runtime.h"
+#include "io/tcp.h"
+#include "io/uring.h"
+#include "../../support/eventually.h"
+#include "../../support/io_drivers.h"
+
+namespace sg::io {
+namespace {
+
+using namespace std::chrono_literals;
+
+class Receive : public ::testing::TestWithParam<IoDriverKind> {};
+INSTANTIATE_TEST_SUITE_P(Drivers, Receive, sg::testing::kDrivers, sg::testing::driver_test_name);
+
+exec::RuntimeConfig two_workers() {
+  exec::RuntimeConfig c;
+  c.worker_threads = 2;
+  return c;
+}
+
+struct Pair {
+  int peer = -1;  // the test thread's end
+  std::unique_ptr<TcpStream> stream;
+};
+
+Pair make_pair(Runtime& rt) {
+  int sv[2];
+  EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+  auto s = Socket::adopt(rt.context(), sv[0]);
+  EXPECT_TRUE(s.ok());
+  return Pair{sv[1], std::make_unique<TcpStream>(std::move(*s))};
+}
+
+RingStats ring_totals(Runtime& rt) {
+  RingStats t;
+  for (const RingStats& r : rt.ring_stats()) {
+    t.in_flight += r.in_flight;
+    t.buffers_in_use += r.buffers_in_use;
+    t.buffer_shortages += r.buffer_shortages;
+  }
+  return t;
+}
+
+bool uring(Runtime& rt) { return rt.driver_kind() == IoDriverKind::kIoUring; }
+
+// Reads until `n` bytes have arrived (or an error/EOF), in reads of at most `piece`.
+exec::Task<std::string> read_exactly(TcpStream& s, std::size_t n, std::size_t piece) {
+  std::string got;
+  std::vector<char> buf(piece);
+  while (got.size() < n) {
+    IoResult r = co_await s.read_some(std::span<char>(buf.data(), std::min(piece, n - got.size())));
+    if (r.ec || r.n == 0) break;
+    got.append(buf.data(), r.n);
+  }
+  co_return got;
+}
+
+TEST_P(Receive, ATimedOutReadLosesNoByte) {
+  SG_DRIVER_RUNTIME(rt, two_workers());
+  Pair p = make_pair(rt);
+  std::atomic<bool> timed_out{false};
+  auto h = rt.spawn([&]() -> exec::Task<std::string> {
+    char buf[64];
+    IoResult r = co_await p.stream->read_some(buf, Deadline::after(30ms));
+    if (r.ec != std::errc::timed_out) co_return "expected a timeout, got " + r.ec.message();
+    timed_out = true;
+    // The bytes sent now reach the receive the timed-out read left behind (io_uring).
+    co_await exec::sleep_for(50ms);
+    co_return co_await read_exactly(*p.stream, 11, 64);
+  });
+  ASSERT_TRUE(sg::testing::eventually([&] { return timed_out.load(); }));
+  ASSERT_EQ(::send(p.peer, "hello world", 11, 0), 11);
+  EXPECT_EQ(h.wait(), "hello world");
+  ::close(p.peer);
+}
+
+TEST_P(Receive, AReceiveBiggerThanTheReadIsTakenInPiecesInOrder) {
+  SG_DRIVER_RUNTIME(rt, two_workers());
+  Pair p = make_pair(rt);
+  std::string sent;
+  for (int i = 0; i < 10'000; ++i) sent.push_back(static_cast<char>('a' + i % 26));
+  auto h = rt.spawn([&]() -> exec::Task<std::string> {
+    // The wait's receive brings up to a whole buffer; reads of 7 bytes take it in pieces.
+    EitherReadable w = co_await p.stream->wait_readable(nullptr);
+    if (w.ec) co_return "wait: " + w.ec.message();
+    co_return co_await read_exactly(*p.stream, sent.size(), 7);
+  });
+  ASSERT_EQ(::send(p.peer, sent.data(), sent.size(), 0), static_cast<ssize_t>(sent.size()));
+  EXPECT_EQ(h.wait(), sent);
+  if (uring(rt)) {
+    EXPECT_TRUE(sg::testing::eventually([&] { return ring_totals(rt).buffers_in_use == 0; }));
+  }
+  ::close(p.peer);
+}
+
+TEST_P(Receive, AnEitherWaitWonByTheOtherSocketKeepsWhatTheFirstReceives) {
+  SG_DRIVER_RUNTIME(rt, two_workers());
+  Pair a = make_pair(rt);
+  Pair b = make_pair(rt);
+  std::atomic<bool> b_won{false};
+  auto h = rt.spawn([&]() -> exec::Task<std::string> {
+    EitherReadable w = co_await a.stream->wait_readable(b.stream.get());
+    if (w.which != 1) co_return "expected the other socket to win";
+    b_won = true;
+    co_await exec::sleep_for(50ms);  // "first" arrives now, at the receive left on `a`
+    std::string got = co_await read_exactly(*a.stream, 12, 64);
+    co_return got;
+  });
+  ASSERT_EQ(::send(b.peer, "x", 1, 0), 1);
+  ASSERT_TRUE(sg::testing::eventually([&] { return b_won.load(); }));
+  ASSERT_EQ(::send(a.peer, "first", 5, 0), 5);
+  std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(::send(a.peer, " second", 7, 0), 7);
+  EXPECT_EQ(h.wait(), "first second");
+  // `b` only looked: its byte is still in the socket.
+  char c = 0;
+  EXPECT_EQ(::recv(b.stream->native_handle(), &c, 1, 0), 1);
+  EXPECT_EQ(c, 'x');
+  ::close(a.peer);
+  ::close(b.peer);
+}
+
+TEST_P(Receive, IdleReadersHoldNoReceiveBuffer) {
+  SG_DRIVER_RUNTIME(rt, two_workers());
+  constexpr int kReaders = 50;
+  std::vector<Pair> pairs;
+  for (int i = 0; i < kReaders; ++i) pairs.push_back(make_pair(rt));
+  std::atomic<int> started{0};
+  std::vector<exec::JoinHandle<std::string>> hs;
+  for (auto& p : pairs) {
+    hs.push_back(rt.spawn([&]() -> exec::Task<std::string> {
+      started.fetch_add(1);
+      co_return co_await read_exactly(*p.stream, 3, 16);
+    }));
+  }
+  ASSERT_TRUE(sg::testing::eventually([&] { return started.load() == kReaders; }));
+  if (uring(rt)) {
+    // One receive per waiting socket, none of them holding a buffer.
+    ASSERT_TRUE(sg::testing::eventually([&] { return ring_totals(rt).in_flight >= kReaders; }));
+    EXPECT_EQ(ring_totals(rt).buffers_in_use, 0u);
+  }
+  for (auto& p : pairs) ASSERT_EQ(::send(p.peer, "abc", 3, 0), 3);
+  for (auto& h : hs) EXPECT_EQ(h.wait(), "abc");
+  if (uring(rt)) {
+    EXPECT_TRUE(sg::testing::eventually([&] {
+      RingStats t = ring_totals(rt);
+      return t.buffers_in_use == 0 && t.in_flight == 0;
+    }));
+  }
+  for (auto& p : pairs) ::close(p.peer);
+}
+
+TEST_P(Receive, MoreReadySocketsThanBuffersStillReadEverything) {
+  exec::RuntimeConfig one;
+  one.worker_threads = 1;  // one ring: more ready sockets than its buffers
+  SG_DRIVER_RUNTIME(rt, one);
+  constexpr int kSockets = static_cast<int>(UringDriver::kReceiveBuffers) + 64;
+  std::vector<Pair> pairs;
+  for (int i = 0; i < kSockets; ++i) pairs.push_back(make_pair(rt));
+  std::atomic<int> woken{0};
+  std::atomic<bool> go{false};
+  std::vector<exec::JoinHandle<std::string>> hs;
+  for (auto& p : pairs) {
+    hs.push_back(rt.spawn([&]() -> exec::Task<std::string> {
+      // Each receive completes and keeps its bytes (a buffer) until the reads below.
+      EitherReadable w = co_await p.stream->wait_readable(nullptr);
+      woken.fetch_add(1);
+      if (w.ec) co_return "wait: " + w.ec.message();
+      while (!go.load()) co_await exec::sleep_for(1ms);
+      co_return co_await read_exactly(*p.stream, 8, 64);
+    }));
+  }
+  for (std::size_t i = 0; i < pairs.size(); ++i) {
+    std::string msg = "m" + std::to_string(1'000'000 + i).substr(1);  // 7 bytes
+    msg += ".";
+    ASSERT_EQ(::send(pairs[i].peer, msg.data(), msg.size(), 0), 8);
+  }
+  ASSERT_TRUE(sg::testing::eventually([&] { return woken.load() == kSockets; }));
+  if (uring(rt)) {
+    // Every buffer holds a socket's bytes; the receives that found none read with recv.
+    RingStats t = ring_totals(rt);
+    EXPECT_EQ(t.buffers_in_use, std::size_t{UringDriver::kReceiveBuffers});
+    EXPECT_GE(t.buffer_shortages, 64u);
+  }
+  go = true;
+  for (std::size_t i = 0; i < hs.size(); ++i) {
+    EXPECT_EQ(hs[i].wait(), "m" + std::to_string(1'000'000 + i).substr(1) + ".");
+  }
+  if (uring(rt)) {
+    EXPECT_TRUE(sg::testing::eventually([&] { return ring_totals(rt).buffers_in_use == 0; }));
+  }
+  for (auto& p : pairs) ::close(p.peer);
+}
+
+TEST_P(Receive, ClosingASocketWithUntakenBytesGivesTheBufferBack) {
+  SG_DRIVER_RUNTIME(rt, two_workers());
+  Pair p = make_pair(rt);
+  auto h = rt.spawn([&]() -> exec::Task<bool> {
+    EitherReadable w = co_await p.stream->wait_readable(nullptr);
+    // The bytes are in the socket's receive now (io_uring): nothing takes them.
+    p.stream->close();
+    co_return !w.ec;
+  });
+  ASSERT_EQ(::send(p.peer, "unread", 6, 0), 6);
+  EXPECT_EQ(h.wait(), std::optional<bool>(true));
+  if (uring(rt)) {
+    EXPECT_TRUE(sg::testing::eventually([&] {
+      RingStats t = ring_totals(rt);
+      return t.buffers_in_use == 0 && t.in_flight == 0;
+    }));
+  }
+  ::close(p.peer);
+}
+
+TEST_P(Receive, PeekSeesWhatAReceiveHolds) {
+  SG_DRIVER_RUNTIME(rt, two_workers());
+  Pair p = make_pair(rt);
+  std::atomic<bool> looked{false};
+  auto h = rt.spawn([&]() -> exec::Task<std::string> {
+    if (!p.stream->silent()) co_return "not silent before any byte";
+    looked = true;
+    EitherReadable w = co_await p.stream->wait_readable(nullptr);
+    if (w.ec) co_return w.ec.message();
+    // On io_uring the byte has left the kernel's socket for the receive: peek must still
+    // see it.
+    if (p.stream->peek() != TcpStream::PeerState::kData) co_return "peek missed the received byte";
+    char c;
+    auto got = p.stream->try_read(std::span<char>(&c, 1));
+    if (!got || got->n != 1 || c != 'q') co_return "try_read missed the received byte";
+    co_return "ok";
+  });
+  ASSERT_TRUE(sg::testing::eventually([&] { return looked.load(); }));
+  ASSERT_EQ(::send(p.peer, "q", 1, 0), 1);
+  EXPECT_EQ(h.wait(), "ok");
+  ::close(p.peer);
+}
+
+}  // namespace
+}  // namespace sg::io
