@@ -39,9 +39,13 @@ Socket& Socket::operator=(Socket&& o) noexcept {
 }
 
 void Socket::close() {
-  // The receive first: the kernel holds the file until the operation ends, whatever
-  // becomes of the descriptor number.
-  cancel_and_release(std::exchange(recv_, nullptr));
+  if (recv_ != nullptr) {
+    // io_uring, with a receive: the ring cancels it, then closes the descriptor.
+    if (fd_ >= 0) cancel_and_close(std::exchange(recv_, nullptr), fd_);
+    else cancel_and_release(std::exchange(recv_, nullptr));
+    fd_ = -1;
+    return;
+  }
   if (fd_ < 0) return;
   if (desc_) {
     std::error_code ec;

@@ -240,12 +240,23 @@ void UringDriver::submit_cancel(UringOp* op) {
   io_uring_sqe_set_data64(e, kCancelTag);
 }
 
-void UringDriver::queue_remote_cancel(UringOp* op) {
+void UringDriver::submit_close(int fd) {
+  io_uring_sqe* e = sqe();
+  io_uring_prep_close(e, fd);
+  io_uring_sqe_set_data64(e, kCancelTag);  // (its result is of no use: the socket is gone)
+}
+
+void UringDriver::queue_remote_cancel(UringOp* op, int fd) {
+  if (shut_down_.load(std::memory_order_acquire)) {
+    // The ring submits nothing any more: no queued submission can name fd.
+    if (fd >= 0) ::close(fd);
+    return;
+  }
   op->refs.fetch_add(1, std::memory_order_relaxed);  // the queue's, until the ring takes it
   remote_cancels_total_.fetch_add(1, std::memory_order_relaxed);
   {
     std::lock_guard lk(remote_mu_);
-    remote_cancels_.push_back(op);
+    remote_cancels_.push_back({op, fd});
   }
   has_remote_.store(true, std::memory_order_release);
   unpark();
@@ -253,7 +264,7 @@ void UringDriver::queue_remote_cancel(UringOp* op) {
 
 void UringDriver::drain_remote() {
   if (!has_remote_.load(std::memory_order_acquire)) return;
-  std::vector<UringOp*> todo;
+  std::vector<RemoteCancel> todo;
   std::vector<int> buffers;
   {
     std::lock_guard lk(remote_mu_);
@@ -269,9 +280,14 @@ void UringDriver::drain_remote() {
     }
     io_uring_buf_ring_advance(buf_ring_, static_cast<int>(buffers.size()));
   }
-  for (UringOp* op : todo) {
-    if (!op->completed.load(std::memory_order_acquire)) submit_cancel(op);
-    unref(op);  // may recycle a buffer: this is the ring's thread
+  for (const RemoteCancel& c : todo) {
+    if (!c.op->completed.load(std::memory_order_acquire)) {
+      submit_cancel(c.op);
+      if (c.fd >= 0) submit_close(c.fd);
+    } else if (c.fd >= 0) {
+      ::close(c.fd);
+    }
+    unref(c.op);  // may recycle a buffer: this is the ring's thread
   }
 }
 
@@ -283,8 +299,22 @@ void cancel_and_release(UringOp* op) noexcept {
       ring->cancels_.fetch_add(1, std::memory_order_relaxed);
       ring->submit_cancel(op);
     } else {
-      ring->queue_remote_cancel(op);
+      ring->queue_remote_cancel(op, -1);
     }
+  }
+  unref(op);
+}
+
+void cancel_and_close(UringOp* op, int fd) noexcept {
+  UringDriver* ring = op->ring;
+  if (op->completed.load(std::memory_order_acquire)) {
+    ::close(fd);  // its submission has long reached the kernel
+  } else if (ring->on_ring_thread()) {
+    ring->cancels_.fetch_add(1, std::memory_order_relaxed);
+    ring->submit_cancel(op);
+    ring->submit_close(fd);
+  } else {
+    ring->queue_remote_cancel(op, fd);
   }
   unref(op);
 }
@@ -327,7 +357,7 @@ uint32_t UringDriver::reap(uint32_t max_events) {
     io_uring_cqe_seen(&ring_, cqe);
     if (data == kWakeTag) {
       wake_pending_.store(false, std::memory_order_release);
-      if (!shut_down_) arm_wake_read();
+      if (!shut_down_.load(std::memory_order_relaxed)) arm_wake_read();
     } else if (data != kCancelTag) {
       complete(reinterpret_cast<UringOp*>(static_cast<uintptr_t>(data)), res, flags);
       ++n;
@@ -376,8 +406,8 @@ void UringDriver::unpark() {
 }
 
 void UringDriver::shutdown() {
-  if (!ring_ready_ || shut_down_) return;
-  shut_down_ = true;
+  if (!ring_ready_ || shut_down_.load(std::memory_order_relaxed)) return;
+  shut_down_.store(true, std::memory_order_release);
   // Not on the caller's thread: a thread that submits to a ring is registered with it,
   // and the ring's teardown later interrupts that thread's blocking syscalls (EINTR).
   std::thread([this] { cancel_everything(); }).join();
@@ -403,6 +433,7 @@ void UringDriver::cancel_everything() {
     }
   }
   drain_remote();
+  if (io_uring_sq_ready(&ring_) != 0) io_uring_submit(&ring_);  // the closes it queued
 }
 
 UringDriver* current_ring() noexcept { return tl_ring; }

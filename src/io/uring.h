@@ -82,6 +82,11 @@ struct UringOp {
 
 // Drops the waiter's reference to `op`, cancelling it first if it has not completed.
 void cancel_and_release(UringOp* op) noexcept;
+// For a socket with a receive: drops the socket's reference to `op` and closes `fd` after
+// cancelling it. A receive whose submission may not have reached the kernel yet names the
+// descriptor by number, so the number must not be freed (and reused by the next accept)
+// before it has: the close is then a submission on the receive's ring, after the cancel.
+void cancel_and_close(UringOp* op, int fd) noexcept;
 // Another reference to `op` / dropping one (a receive's buffer goes back to its ring with
 // the last).
 void retain(UringOp* op) noexcept;
@@ -140,6 +145,7 @@ class UringDriver final : public exec::Driver {
 
  private:
   friend void cancel_and_release(UringOp* op) noexcept;
+  friend void cancel_and_close(UringOp* op, int fd) noexcept;
   friend void release(UringOp* op) noexcept;
   friend std::span<const char> received_bytes(const UringOp* op) noexcept;
   UringDriver() = default;
@@ -151,7 +157,9 @@ class UringDriver final : public exec::Driver {
   bool on_ring_thread() const;
   io_uring_sqe* sqe();
   void submit_cancel(UringOp* op);
-  void queue_remote_cancel(UringOp* op);
+  void submit_close(int fd);
+  // fd >= 0: closed after the cancel (cancel_and_close).
+  void queue_remote_cancel(UringOp* op, int fd);
   void arm_wake_read();
   uint32_t reap(uint32_t max_events);
   void complete(UringOp* op, int res, uint32_t flags);
@@ -174,10 +182,14 @@ class UringDriver final : public exec::Driver {
   std::atomic<uint64_t> buffer_shortages_{0};
 
   std::mutex remote_mu_;
-  std::vector<UringOp*> remote_cancels_;  // under remote_mu_; each holds a reference
+  struct RemoteCancel {
+    UringOp* op;  // holds a reference
+    int fd;       // closed after the cancel, or -1
+  };
+  std::vector<RemoteCancel> remote_cancels_;  // under remote_mu_
   std::vector<int> remote_recycles_;      // under remote_mu_: buffers freed on other threads
   std::atomic<bool> has_remote_{false};
-  bool shut_down_ = false;
+  std::atomic<bool> shut_down_{false};  // read by threads queueing remote cancels
 };
 
 // The io_uring ring of the worker running the calling task (nullptr when the runtime's

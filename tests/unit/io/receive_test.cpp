@@ -253,5 +253,59 @@ TEST_P(Receive, PeekSeesWhatAReceiveHolds) {
   ::close(p.peer);
 }
 
+// Starts a receive on `a` and, before the ring can have submitted it, stops waiting, closes
+// `a` and opens a new socket pair (whose descriptor would reuse a's number if the close
+// freed it at once).
+struct CloseWithUnsubmittedReceive {
+  TcpStream& a;
+  int old_fd = -1;
+  int fresh[2] = {-1, -1};
+  ReceiveWait rw{};
+  bool await_ready() const noexcept { return false; }
+  void await_suspend(std::coroutine_handle<> h) {
+    exec::Waker w = exec::arm_wait(h);
+    old_fd = a.native_handle();
+    rw.start(a.socket(), w.clone(), 0);
+    rw.stop();
+    a.close();
+    EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fresh), 0);
+    std::move(w).wake({}, exec::ScheduleKind::kDriver);
+  }
+  void await_resume() const noexcept {}
+};
+
+TEST_P(Receive, AClosedSocketsPendingReceiveNeverTakesTheNextSocketsBytes) {
+  SG_DRIVER_RUNTIME(rt, two_workers());
+  Pair p = make_pair(rt);
+  struct Out {
+    int old_fd, fresh_fd, fresh_peer;
+  };
+  auto h = rt.spawn([&]() -> exec::Task<Out> {
+    CloseWithUnsubmittedReceive c{*p.stream};
+    co_await c;
+    co_return Out{c.old_fd, c.fresh[0], c.fresh[1]};
+  });
+  auto out = h.wait();
+  ASSERT_TRUE(out.has_value());
+  if (uring(rt)) {
+    EXPECT_NE(out->fresh_fd, out->old_fd) << "the number was freed before the receive reached the kernel";
+  }
+  // The closed socket's peer sees EOF once the ring has closed it.
+  char c;
+  EXPECT_TRUE(sg::testing::eventually([&] { return ::recv(p.peer, &c, 1, MSG_DONTWAIT) == 0; }));
+  // The new socket gets its bytes, all of them.
+  auto s = Socket::adopt(rt.context(), out->fresh_fd);
+  ASSERT_TRUE(s.ok());
+  TcpStream fresh(std::move(*s));
+  ASSERT_EQ(::send(out->fresh_peer, "mine", 4, 0), 4);
+  auto r = rt.spawn([&]() -> exec::Task<std::string> { co_return co_await read_exactly(fresh, 4, 16); });
+  EXPECT_EQ(r.wait(), "mine");
+  if (uring(rt)) {
+    EXPECT_TRUE(sg::testing::eventually([&] { return ring_totals(rt).in_flight == 0; }));
+  }
+  ::close(out->fresh_peer);
+  ::close(p.peer);
+}
+
 }  // namespace
 }  // namespace sg::io
