@@ -93,6 +93,7 @@ class Worker {
   bool is_searching_ = false;
   bool is_shutdown_ = false;
   uint32_t tick_ = 0;
+  uint32_t driver_visit_tick_ = 0;  // tick_ at the last park or driver poll
   uint32_t global_queue_interval_;
   uint32_t sample_counter_ = 0;
   FastRand rand_;
