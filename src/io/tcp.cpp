@@ -45,6 +45,46 @@ std::optional<IoResult> recv_now(int fd, std::span<char> buf) {
   }
 }
 
+// One send on the current worker's ring of what is left of `bufs` (from bufs[idx] at
+// `offset`), racing `deadline`. Yields the bytes sent or the error (errc::timed_out at the
+// deadline: the send is cancelled, and how much of it left is unknown).
+struct SendAwaiter {
+  UringDriver& ring;
+  int fd;
+  std::span<const std::string_view> bufs;
+  std::size_t idx;
+  std::size_t offset;
+  Deadline deadline;
+  exec::TimerEntry timer{};
+  UringOp* op = nullptr;
+
+  SendAwaiter(UringDriver& r, int f, std::span<const std::string_view> b, std::size_t i, std::size_t off, Deadline dl)
+      : ring(r), fd(f), bufs(b), idx(i), offset(off), deadline(dl) {}
+  SendAwaiter(const SendAwaiter&) = delete;
+  SendAwaiter& operator=(const SendAwaiter&) = delete;
+  ~SendAwaiter() { cancel_and_release(op); }  // a task dropped while it waits
+
+  bool await_ready() const noexcept { return false; }
+  void await_suspend(std::coroutine_handle<> h) {
+    exec::Waker w = exec::arm_wait(h);
+    if (deadline.is_set()) arm_deadline(timer, deadline, w.clone());
+    op = ring.start_send(fd, bufs, idx, offset, std::move(w), kTagReady);
+  }
+  IoResult await_resume() {
+    const exec::WaitResult r = exec::last_wait_result();
+    timer.cancel();
+    UringOp* done = std::exchange(op, nullptr);
+    if (r.value == kTagTimer) {
+      cancel_and_release(done);
+      return {r.code == 0 ? std::make_error_code(std::errc::timed_out) : r.ec(), 0};
+    }
+    const int res = done->res;  // published by the wake (the task's wait token)
+    release(done);
+    if (res < 0) return {{-res, std::system_category()}, 0};
+    return {{}, static_cast<std::size_t>(res)};
+  }
+};
+
 // Whether reads on `s` go through receives on the current worker's ring.
 bool uses_receives(Socket& s) {
   if (s.receive_op() != nullptr) return true;
@@ -110,6 +150,7 @@ std::optional<IoResult> TcpStream::try_read(std::span<char> buf) {
 
 exec::Task<std::error_code> TcpStream::write_all(std::span<const std::string_view> bufs, Deadline dl) {
   const int fd = sock_.native_handle();
+  if (sock_.reactor_handle() == nullptr && fd >= 0 && current_ring() != nullptr) co_return co_await send_all(bufs, dl);
   constexpr std::size_t kMaxIov = 64;
   std::size_t idx = 0;     // first buffer not fully written
   std::size_t offset = 0;  // bytes of bufs[idx] already written
@@ -155,6 +196,34 @@ exec::Task<std::error_code> TcpStream::write_all(std::span<const std::string_vie
     co_await SpendBudget{};
   }
   co_return std::error_code{};
+}
+
+exec::Task<std::error_code> TcpStream::send_all(std::span<const std::string_view> bufs, Deadline dl) {
+  std::size_t idx = 0;
+  std::size_t offset = 0;
+  for (;;) {
+    while (idx < bufs.size() && bufs[idx].size() == offset) {
+      ++idx;
+      offset = 0;
+    }
+    if (idx == bufs.size()) co_return std::error_code{};
+    // A task stolen since the last send goes on with the ring of the worker it is on.
+    UringDriver* ring = current_ring();
+    if (ring == nullptr) co_return std::make_error_code(std::errc::operation_not_supported);
+    IoResult r = co_await SendAwaiter(*ring, sock_.native_handle(), bufs, idx, offset, dl);
+    if (r.ec) co_return r.ec;
+    // A short send (the socket's buffer filled): the rest goes in the next one.
+    for (std::size_t left = r.n; left > 0;) {
+      const std::size_t k = std::min(left, bufs[idx].size() - offset);
+      left -= k;
+      offset += k;
+      if (offset == bufs[idx].size()) {
+        ++idx;
+        offset = 0;
+      }
+    }
+    co_await SpendBudget{};
+  }
 }
 
 exec::Task<std::error_code> TcpStream::write_all(std::string_view data, Deadline dl) {

@@ -3,7 +3,8 @@
 // On epoll, reads and writes are plain non-blocking syscalls made by the worker running the
 // task; only when one would block does the task wait for readiness through the reactor
 // (wait_ready). On io_uring a read that finds nothing waits with the socket's receive
-// (io/uring.h) and copies what it brought; writes are syscalls on both. Each completed operation spends one unit of the task's coop budget.
+// (io/uring.h) and copies what it brought, and a write is a send on the ring that owns a
+// copy of its bytes. Each completed operation spends one unit of the task's coop budget.
 // Deadlines are absolute (io::Deadline); an expired wait yields errc::timed_out and
 // leaves the socket usable (e.g. to write a 408 before closing).
 #pragma once
@@ -76,6 +77,8 @@ class TcpStream {
   // io_uring: copies what the socket's completed receive holds (an error or EOF too);
   // nullopt when there is none, or it is still running.
   std::optional<IoResult> take_received(std::span<char> buf);
+  // io_uring: write_all as sends on the ring (io/uring.h).
+  exec::Task<std::error_code> send_all(std::span<const std::string_view> bufs, Deadline dl);
   Socket sock_;
   std::optional<tcp::endpoint> peer_;  // known at accept
 };

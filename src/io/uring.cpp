@@ -5,6 +5,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <sys/socket.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <system_error>
@@ -30,9 +33,11 @@ constexpr int kBufferGroup = 0;
 
 thread_local UringDriver* tl_ring = nullptr;
 
-UringOp* new_op() {
-  void* p = exec::task_alloc(sizeof(UringOp));
-  return new (p) UringOp();
+UringOp* new_op(std::size_t extra = 0) {
+  void* p = exec::task_alloc(sizeof(UringOp) + extra);
+  auto* op = new (p) UringOp();
+  op->extra = static_cast<uint32_t>(extra);
+  return op;
 }
 
 }  // namespace
@@ -44,8 +49,9 @@ void release(UringOp* op) noexcept {
   // (a receive's result and buffer, written by the ring's thread).
   if (op->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   if (op->buffer >= 0) op->ring->recycle(op->buffer);
+  const std::size_t bytes = sizeof(UringOp) + op->extra;
   op->~UringOp();
-  exec::task_free(op, sizeof(UringOp));
+  exec::task_free(op, bytes);
 }
 
 namespace {
@@ -206,6 +212,29 @@ UringOp* UringDriver::start_receive(int fd, exec::Waker w, std::size_t tag) {
   io_uring_prep_recv(e, fd, nullptr, kReceiveBufferSize, 0);
   e->flags |= IOSQE_BUFFER_SELECT;
   e->buf_group = kBufferGroup;
+  io_uring_sqe_set_data(e, op);
+  return op;
+}
+
+UringOp* UringDriver::start_send(int fd, std::span<const std::string_view> bufs, std::size_t idx, std::size_t offset,
+                                 exec::Waker w, std::size_t tag) {
+  std::size_t n = 0;
+  for (std::size_t i = idx; i < bufs.size() && n < kMaxSend; ++i) n += bufs[i].size() - (i == idx ? offset : 0);
+  n = std::min(n, kMaxSend);
+  UringOp* op = new_op(n);
+  char* data = reinterpret_cast<char*>(op + 1);
+  for (std::size_t i = idx, at = 0; at < n; ++i) {
+    std::string_view b = bufs[i].substr(i == idx ? offset : 0);
+    const std::size_t k = std::min(b.size(), n - at);
+    std::memcpy(data + at, b.data(), k);
+    at += k;
+  }
+  op->waker = std::move(w);
+  op->tag = tag;
+  op->ring = this;
+  in_flight_.fetch_add(1, std::memory_order_relaxed);
+  io_uring_sqe* e = sqe();
+  io_uring_prep_send(e, fd, data, n, MSG_NOSIGNAL);
   io_uring_sqe_set_data(e, op);
   return op;
 }

@@ -16,6 +16,11 @@
 // (any worker may poll any task). Its next operations go to the ring of the worker it
 // then runs on.
 //
+// Sends: a write is a send (IORING_OP_SEND) of a copy of its bytes owned by the operation;
+// the task waits for its completion. Like the receives' SQEs it reaches the kernel with
+// the next batch, so a response costs no syscall of its own; the copy (a response head
+// and body piece, memcpy) is cheaper than the sendmsg it replaces.
+//
 // Receives: a readable wait on a stream is a receive (IORING_OP_RECV with IOSQE_BUFFER_SELECT)
 // into one of the ring's provided buffers (a buffer ring of kReceiveBuffers x
 // kReceiveBufferSize, registered per ring), so no buffer is tied to a socket until bytes
@@ -50,6 +55,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/result.h"
@@ -75,6 +81,7 @@ struct UringOp {
   // A receive's result, written before `completed` is released: bytes (or 0 at EOF, or
   // -errno), the provided buffer holding them (-1: none) and how many were taken.
   bool receive = false;
+  uint32_t extra = 0;  // bytes allocated after the operation (a send's copy of its data)
   int res = 0;
   int buffer = -1;
   uint32_t taken = 0;
@@ -129,6 +136,14 @@ class UringDriver final : public exec::Driver {
   // ring's worker thread, and only when receives() (the kernel took the buffer ring).
   UringOp* start_receive(int fd, exec::Waker w, std::size_t tag);
   bool receives() const { return buffers_ != nullptr; }
+  // Starts a send on `fd` of up to kMaxSend bytes of `bufs`, from byte `offset` of
+  // bufs[idx] on, waking `w` with `tag` when it completes (op->res: bytes sent, or
+  // -errno). The operation owns a copy of the bytes: a task that stops waiting, or is
+  // dropped, never leaves the kernel reading memory that is gone. Only from the ring's
+  // worker thread.
+  UringOp* start_send(int fd, std::span<const std::string_view> bufs, std::size_t idx, std::size_t offset,
+                      exec::Waker w, std::size_t tag);
+  static constexpr std::size_t kMaxSend = 64 * 1024;
 
   static constexpr unsigned kReceiveBuffers = 256;          // per ring
   static constexpr unsigned kReceiveBufferSize = 16 * 1024;  // a head, or a piece of a body
