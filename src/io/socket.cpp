@@ -31,6 +31,7 @@ Socket& Socket::operator=(Socket&& o) noexcept {
     fd_ = o.fd_;
     desc_ = std::move(o.desc_);
     recv_ = o.recv_;
+    streaming_ = o.streaming_;
     o.fd_ = -1;
     o.desc_.reset();
     o.recv_ = nullptr;

@@ -36,7 +36,7 @@ class Socket {
   Socket() = default;
   // Takes ownership of `fd` (already non-blocking). On failure `fd` is closed.
   static Result<Socket> adopt(IoContext io, int fd);
-  Socket(Socket&& o) noexcept : fd_(o.fd_), desc_(std::move(o.desc_)), recv_(o.recv_) {
+  Socket(Socket&& o) noexcept : fd_(o.fd_), desc_(std::move(o.desc_)), recv_(o.recv_), streaming_(o.streaming_) {
     o.fd_ = -1;
     o.desc_.reset();
     o.recv_ = nullptr;
@@ -56,6 +56,9 @@ class Socket {
   // io_uring: the socket's receive, started by a readable wait and kept (with what it
   // received) until a read has taken all of it (holds a reference; see io/uring.h).
   UringOp*& receive_op() { return recv_; }
+  // io_uring: the last read filled its buffer, so more bytes are probably waiting (a body
+  // streams): the next read tries recv first instead of a receive's round trip.
+  bool& streaming() { return streaming_; }
 
   tcp::endpoint local_endpoint() const;
   tcp::endpoint remote_endpoint() const;
@@ -64,6 +67,7 @@ class Socket {
   int fd_ = -1;
   std::optional<Descriptor> desc_;  // epoll driver: owns fd_ (closing it closes fd_)
   UringOp* recv_ = nullptr;
+  bool streaming_ = false;
 };
 
 }  // namespace sg::io

@@ -73,8 +73,9 @@ class IoDriverTest(unittest.TestCase):
                    if l.startswith("stealgate_executor_io_uring_ops_in_flight{"))
 
     def test_ring_metrics_follow_waiting_sockets(self):
-        # Each waiting socket holds one poll on a ring: 20 idle keep-alive connections add
-        # 20 operations in flight, and closing them cancels every one (nothing is left).
+        # Each waiting socket holds one receive on a ring: 20 idle keep-alive connections add
+        # 20 operations in flight and no receive buffer, and closing them cancels every one
+        # (nothing is left).
         if not kernel_allows_io_uring():
             self.skipTest("not in this build: the kernel refuses io_uring here")
         sg = Stealgate(with_driver("io_uring"), env={"STEALGATE_IO_DRIVER": None})
@@ -84,7 +85,10 @@ class IoDriverTest(unittest.TestCase):
         clients = [Client(sg.port) for _ in range(20)]
         for c in clients:
             self.assertEqual(c.request("GET", "/").status, 200)
-        sg.wait_for(lambda: self.ring_ops(sg) >= base + 20, 5, "idle connections hold no poll")
+        sg.wait_for(lambda: self.ring_ops(sg) >= base + 20, 5, "idle connections hold no receive")
+        for w in ("0", "1"):
+            self.assertEqual(sg.metric("stealgate_executor_io_uring_receive_buffers_in_use", worker=w), 0)
+            self.assertEqual(sg.metric("stealgate_executor_io_uring_receive_buffer_shortages_total", worker=w), 0)
         for c in clients:
             c.close()
         sg.wait_for(lambda: self.ring_ops(sg) <= base, 5, "closed connections left operations on the rings")

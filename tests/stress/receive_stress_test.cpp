@@ -5,7 +5,9 @@
 // taken and its buffer recycled from another worker), while a writer thread sends each
 // stream in chunks of random size at random moments. Every stream must arrive complete and
 // in order; afterwards no operation is left on any ring and every buffer is back. A second
-// round drops tasks whose receives hold bytes nobody took, and checks the same.
+// round drops tasks whose receives hold bytes nobody took, and checks the same. A third
+// streams between tasks on both ends: writers send in pieces of random size (io_uring:
+// sends from whichever ring the writer runs on), readers read with deadlines.
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -148,6 +150,68 @@ TEST_P(ReceiveStress, TasksDroppedHoldingReceivedBytesGiveEverythingBack) {
     s.reader.reset();
     ::close(s.writer);
   }
+  EXPECT_TRUE(sg::testing::eventually([&] { return rings_idle(rt); })) << "operations or buffers left on the rings";
+}
+
+TEST_P(ReceiveStress, TaskToTaskStreamsThroughSendsAndReceivesArriveWholeAndInOrder) {
+  SG_DRIVER_RUNTIME(rt, sg::testing::workers(3));
+  constexpr int kPairs = 32;
+  constexpr std::size_t kBytes = 200'000;
+  std::vector<std::unique_ptr<TcpStream>> readers, writers;
+  for (int i = 0; i < kPairs; ++i) {
+    int sv[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+    auto r = Socket::adopt(rt.context(), sv[0]);
+    auto w = Socket::adopt(rt.context(), sv[1]);
+    ASSERT_TRUE(r.ok() && w.ok());
+    readers.push_back(std::make_unique<TcpStream>(std::move(*r)));
+    writers.push_back(std::make_unique<TcpStream>(std::move(*w)));
+  }
+  std::atomic<long> mismatches{0}, write_errors{0};
+  std::vector<exec::JoinHandle<std::size_t>> got;
+  std::vector<exec::JoinHandle<void>> sent;
+  for (int t = 0; t < kPairs; ++t) {
+    sent.push_back(rt.spawn([&, t]() -> exec::Task<void> {
+      std::mt19937 rng(static_cast<unsigned>(1000 + t));
+      std::vector<char> chunk(12'000);  // under and over the 8 KiB of a ring send
+      for (std::size_t off = 0; off < kBytes;) {
+        const std::size_t n = std::min<std::size_t>(1 + rng() % chunk.size(), kBytes - off);
+        for (std::size_t i = 0; i < n; ++i) chunk[i] = byte_at(t, off + i);
+        // Two pieces per write: the send gathers them.
+        const std::size_t half = n / 2;
+        std::string_view parts[] = {std::string_view(chunk.data(), half), std::string_view(chunk.data() + half, n - half)};
+        if (co_await writers[static_cast<std::size_t>(t)]->write_all(std::span<const std::string_view>(parts))) {
+          write_errors.fetch_add(1);
+          co_return;
+        }
+        off += n;
+        if (rng() % 3 == 0) co_await exec::yield_now();
+      }
+    }));
+    got.push_back(rt.spawn([&, t]() -> exec::Task<std::size_t> {
+      std::mt19937 rng(static_cast<unsigned>(t));
+      TcpStream& s = *readers[static_cast<std::size_t>(t)];
+      std::vector<char> buf(20'000);
+      std::size_t have = 0;
+      while (have < kBytes) {
+        const std::size_t want = 1 + rng() % buf.size();
+        IoResult r = co_await s.read_some(std::span<char>(buf.data(), want), Deadline::after(std::chrono::milliseconds(1 + rng() % 3)));
+        if (r.ec == std::errc::timed_out) continue;
+        if (r.ec || r.n == 0) break;
+        for (std::size_t i = 0; i < r.n; ++i) {
+          if (buf[i] != byte_at(t, have + i)) mismatches.fetch_add(1);
+        }
+        have += r.n;
+      }
+      co_return have;
+    }));
+  }
+  for (auto& h : sent) EXPECT_TRUE(h.wait());
+  for (auto& h : got) EXPECT_EQ(h.wait(), std::optional<std::size_t>(kBytes));
+  EXPECT_EQ(mismatches.load(), 0);
+  EXPECT_EQ(write_errors.load(), 0);
+  readers.clear();
+  writers.clear();
   EXPECT_TRUE(sg::testing::eventually([&] { return rings_idle(rt); })) << "operations or buffers left on the rings";
 }
 
