@@ -52,8 +52,8 @@ void Socket::close() {
     std::error_code ec;
     desc_->close(ec);  // deregisters, aborts its waits, closes fd_
     desc_.reset();
-  } else {
-    ::close(fd_);
+  } else if (UringDriver* ring = current_ring(); ring == nullptr || !ring->close_later(fd_)) {
+    ::close(fd_);  // (off the workers, or the ring has stopped)
   }
   fd_ = -1;
 }

@@ -275,6 +275,12 @@ void UringDriver::submit_close(int fd) {
   io_uring_sqe_set_data64(e, kCancelTag);  // (its result is of no use: the socket is gone)
 }
 
+bool UringDriver::close_later(int fd) {
+  if (shut_down_.load(std::memory_order_relaxed)) return false;
+  submit_close(fd);
+  return true;
+}
+
 void UringDriver::queue_remote_cancel(UringOp* op, int fd) {
   if (shut_down_.load(std::memory_order_acquire)) {
     // The ring submits nothing any more: no queued submission can name fd.

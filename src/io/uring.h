@@ -144,6 +144,10 @@ class UringDriver final : public exec::Driver {
   UringOp* start_send(int fd, std::span<const std::string_view> bufs, std::size_t idx, std::size_t offset,
                       exec::Waker w, std::size_t tag);
   static constexpr std::size_t kMaxSend = 64 * 1024;
+  // Closes `fd` with the next batch of submissions (IORING_OP_CLOSE: no syscall of its
+  // own). Only from the ring's worker thread; false once the ring has shut down (the
+  // caller closes it then).
+  bool close_later(int fd);
 
   static constexpr unsigned kReceiveBuffers = 256;          // per ring
   static constexpr unsigned kReceiveBufferSize = 16 * 1024;  // a head, or a piece of a body

@@ -180,5 +180,21 @@ TEST_P(Send, ATaskDroppedInTheMiddleOfAWriteLeavesOnlyItsBytesToSend) {
   ::close(p.peer);
 }
 
+TEST_P(Send, ACloseOnAWorkerReachesThePeerAfterTheLastWrite) {
+  // io_uring: the close is a submission of the worker's ring, after the send before it.
+  SG_DRIVER_RUNTIME(rt, two_workers());
+  Pair p = make_pair(rt);
+  auto h = rt.spawn([&]() -> exec::Task<bool> {
+    auto ec = co_await p.stream.write_all("bye");
+    p.stream.close();
+    co_return !ec;
+  });
+  EXPECT_EQ(h.wait(), std::optional<bool>(true));
+  EXPECT_EQ(read_peer(p.peer, 100, 2s), "bye");  // then EOF (read_peer stops at it)
+  char c;
+  EXPECT_EQ(::recv(p.peer, &c, 1, MSG_DONTWAIT), 0);
+  ::close(p.peer);
+}
+
 }  // namespace
 }  // namespace sg::io
