@@ -5,7 +5,7 @@
 // waits. On io_uring it is a plain descriptor: nothing is registered, and a wait is a poll
 // operation on the ring of the worker that waits (io/uring.h). On io_uring a stream's
 // readable wait is a receive whose bytes the socket keeps until a read takes them
-// (receive_op(); io/tcp.h); writes are the same non-blocking syscalls on both.
+// (receive_op(); io/tcp.h), small writes, connects and closes are ring operations too.
 #pragma once
 
 #include <asio/io_context.hpp>

@@ -45,30 +45,28 @@ std::optional<IoResult> recv_now(int fd, std::span<char> buf) {
   }
 }
 
-// One send on the current worker's ring of what is left of `bufs` (from bufs[idx] at
-// `offset`), racing `deadline`. Yields the bytes sent or the error (errc::timed_out at the
-// deadline: the send is cancelled, and how much of it left is unknown).
-struct SendAwaiter {
+// One operation on a ring, racing `deadline`: `start(ring, waker, tag)` starts it. Yields
+// its result (bytes, or 0) or its error; errc::timed_out at the deadline, when it is
+// cancelled (and how much of it happened is unknown). Dropped while it waits (the task is
+// dropped), it cancels the operation, which owns whatever the kernel still reads.
+template <class Start>
+struct RingAwaiter {
   UringDriver& ring;
-  int fd;
-  std::span<const std::string_view> bufs;
-  std::size_t idx;
-  std::size_t offset;
+  Start start;
   Deadline deadline;
   exec::TimerEntry timer{};
   UringOp* op = nullptr;
 
-  SendAwaiter(UringDriver& r, int f, std::span<const std::string_view> b, std::size_t i, std::size_t off, Deadline dl)
-      : ring(r), fd(f), bufs(b), idx(i), offset(off), deadline(dl) {}
-  SendAwaiter(const SendAwaiter&) = delete;
-  SendAwaiter& operator=(const SendAwaiter&) = delete;
-  ~SendAwaiter() { cancel_and_release(op); }  // a task dropped while it waits
+  RingAwaiter(UringDriver& r, Start s, Deadline dl) : ring(r), start(std::move(s)), deadline(dl) {}
+  RingAwaiter(const RingAwaiter&) = delete;
+  RingAwaiter& operator=(const RingAwaiter&) = delete;
+  ~RingAwaiter() { cancel_and_release(op); }
 
   bool await_ready() const noexcept { return false; }
   void await_suspend(std::coroutine_handle<> h) {
     exec::Waker w = exec::arm_wait(h);
     if (deadline.is_set()) arm_deadline(timer, deadline, w.clone());
-    op = ring.start_send(fd, bufs, idx, offset, std::move(w), kTagReady);
+    op = start(ring, std::move(w), kTagReady);
   }
   IoResult await_resume() {
     const exec::WaitResult r = exec::last_wait_result();
@@ -234,7 +232,11 @@ exec::Task<std::error_code> TcpStream::send_all(std::span<const std::string_view
     // A task stolen since the last send goes on with the ring of the worker it is on.
     UringDriver* ring = current_ring();
     if (ring == nullptr) co_return std::make_error_code(std::errc::operation_not_supported);
-    IoResult r = co_await SendAwaiter(*ring, sock_.native_handle(), bufs, idx, offset, dl);
+    const int fd = sock_.native_handle();
+    auto send = [fd, bufs, idx, offset](UringDriver& d, exec::Waker w, std::size_t tag) {
+      return d.start_send(fd, bufs, idx, offset, std::move(w), tag);
+    };
+    IoResult r = co_await RingAwaiter(*ring, send, dl);
     if (r.ec) co_return r.ec;
     // A short send (the socket's buffer filled): the rest goes in the next one.
     for (std::size_t left = r.n; left > 0;) {
@@ -307,6 +309,17 @@ int family_of(const tcp::endpoint& ep) { return ep.protocol().family(); }
 exec::Task<Result<TcpStream>> TcpStream::connect(IoContext io, tcp::endpoint ep, Deadline dl) {
   auto s = new_socket(io, family_of(ep));
   if (!s.ok()) co_return s.error();
+  if (UringDriver* ring = io.reactor == nullptr ? current_ring() : nullptr) {
+    // A connect on the ring: the kernel waits for the handshake and reports its result.
+    const int fd = s->native_handle();
+    auto start = [fd, &ep](UringDriver& d, exec::Waker w, std::size_t tag) {
+      return d.start_connect(fd, static_cast<const sockaddr*>(ep.data()), static_cast<socklen_t>(ep.size()),
+                             std::move(w), tag);
+    };
+    IoResult r = co_await RingAwaiter(*ring, start, dl);
+    if (r.ec) co_return r.ec;
+    co_return TcpStream(std::move(*s));
+  }
   int rc = ::connect(s->native_handle(), static_cast<const sockaddr*>(ep.data()), static_cast<socklen_t>(ep.size()));
   if (rc != 0) {
     int e = errno;

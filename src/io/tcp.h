@@ -3,8 +3,9 @@
 // On epoll, reads and writes are plain non-blocking syscalls made by the worker running the
 // task; only when one would block does the task wait for readiness through the reactor
 // (wait_ready). On io_uring a read that finds nothing waits with the socket's receive
-// (io/uring.h) and copies what it brought, and a write is a send on the ring that owns a
-// copy of its bytes. Each completed operation spends one unit of the task's coop budget.
+// (io/uring.h) and copies what it brought (a read after one that filled its buffer tries
+// recv first: a body streams); a write under 8 KiB is a send on the ring that owns a copy
+// of its bytes (bigger ones are sendmsg, as on epoll); connect is a ring operation. Each completed operation spends one unit of the task's coop budget.
 // Deadlines are absolute (io::Deadline); an expired wait yields errc::timed_out and
 // leaves the socket usable (e.g. to write a 408 before closing).
 #pragma once

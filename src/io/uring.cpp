@@ -239,6 +239,20 @@ UringOp* UringDriver::start_send(int fd, std::span<const std::string_view> bufs,
   return op;
 }
 
+UringOp* UringDriver::start_connect(int fd, const sockaddr* addr, socklen_t len, exec::Waker w, std::size_t tag) {
+  UringOp* op = new_op(len);
+  auto* copy = reinterpret_cast<sockaddr*>(op + 1);
+  std::memcpy(copy, addr, len);
+  op->waker = std::move(w);
+  op->tag = tag;
+  op->ring = this;
+  in_flight_.fetch_add(1, std::memory_order_relaxed);
+  io_uring_sqe* e = sqe();
+  io_uring_prep_connect(e, fd, copy, len);
+  io_uring_sqe_set_data(e, op);
+  return op;
+}
+
 void arm_receive(UringOp* op, exec::Waker w, std::size_t tag) noexcept {
   {
     std::lock_guard lk(op->lock);

@@ -48,6 +48,7 @@
 #pragma once
 
 #include <liburing.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <cstdint>
@@ -144,6 +145,9 @@ class UringDriver final : public exec::Driver {
   UringOp* start_send(int fd, std::span<const std::string_view> bufs, std::size_t idx, std::size_t offset,
                       exec::Waker w, std::size_t tag);
   static constexpr std::size_t kMaxSend = 64 * 1024;
+  // Starts a connect of `fd` to `addr` (copied into the operation), waking `w` with `tag`
+  // when the handshake is done (op->res: 0 or -errno). Only from the ring's worker thread.
+  UringOp* start_connect(int fd, const sockaddr* addr, socklen_t len, exec::Waker w, std::size_t tag);
   // Closes `fd` with the next batch of submissions (IORING_OP_CLOSE: no syscall of its
   // own). Only from the ring's worker thread; false once the ring has shut down (the
   // caller closes it then).

@@ -4,9 +4,11 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "config/schema.h"
+#include "exec/semaphore.h"
 #include "http/stream.h"
 #include "io/tcp.h"
 #include "proxy/gateway.h"
@@ -35,6 +37,15 @@ struct Downstream {
   http::MessageReader& reader;  // the request head is parsed; its body is unread
   const config::ListenerSection& listener;
   bool draining = false;
+  // The request's admission permits (global, route, cluster). Given back once the upstream
+  // exchange is over (its response read to the end, or a local reply about to be sent),
+  // before the last write to the client: a client that has its response may already send
+  // the next request, and with writes completing asynchronously (io_uring) that request
+  // could otherwise find the permit still held.
+  std::span<exec::Semaphore::Permit> permits;
+  void release_admission() {
+    for (exec::Semaphore::Permit& p : permits) p.reset();
+  }
 };
 
 struct ForwardResult {

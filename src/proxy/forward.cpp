@@ -221,6 +221,7 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
     lr.head = req.is_head();
     if (status == 503) lr.headers.emplace_back("Retry-After", "1");
     std::string bytes = render_local_reply(lr);
+    down.release_admission();  // no upstream is involved any more
     bool ok = co_await send_local(down.client, bytes, down.listener);
     co_return ForwardResult{ok && !lr.close};
   };
@@ -588,6 +589,7 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
         for (auto c : br.chunks) ctx.bytes_out += c.size();
         std::string tail;
         if (br.done && chunked_down) tail = last_chunk(up_reader.parser().trailers(), chunked_up);
+        if (br.done) down.release_admission();  // the upstream is done: only the client write is left
         if (!head_sent || !br.chunks.empty() || !tail.empty()) {
           if (auto ec = co_await write_body(down.client, head_sent ? std::string_view{} : head, br.chunks,
                                             chunked_down, tail, io::Deadline::after(down.listener.send_timeout))) {

@@ -190,7 +190,8 @@ exec::Task<Handled> handle_request(Gateway& gw, const std::shared_ptr<const Snap
   // Admission: global, then route, then cluster. Rejections never touch an upstream.
   const auto& lim = snap->config->limits;
   AdmissionStats& ast = gs.admission;
-  exec::Semaphore::Permit global, per_route, per_cluster;
+  exec::Semaphore::Permit permits[3];  // global, route, cluster
+  exec::Semaphore::Permit &global = permits[0], &per_route = permits[1], &per_cluster = permits[2];
   struct Level {
     exec::Semaphore* sem;
     exec::Semaphore::Permit* permit;
@@ -239,7 +240,7 @@ exec::Task<Handled> handle_request(Gateway& gw, const std::shared_ptr<const Snap
   // upstream's pace instead of waiting behind the run queue.
   exec::set_current_task_priority(true);
 
-  Downstream down{client, reader, lcfg, gw.draining()};
+  Downstream down{client, reader, lcfg, gw.draining(), permits};
   ForwardResult fr = co_await forward(gw, *snap, *route, down, ctx);
   co_return Handled{fr.client_reusable};
 }

@@ -204,6 +204,16 @@ class QueueTest(GatewayCase):
         self.assertNotIn("gone", ids)
         self.assertEqual(ids, ["busy", "next"])
 
+    def test_a_client_that_has_its_response_never_finds_the_permit_still_held(self):
+        # The permit goes back before the response's last write: one request after another
+        # on one permit and no queue is never refused, also when writes complete
+        # asynchronously (io_uring) and for local replies (the 502s).
+        gw = self.gateway(limited_config(self.up, route_limit=1, queue=0, timeout="100ms"))
+        got = [request_once(gw.port, "GET", f"/slow?ms=0&id=s{i}")[0] for i in range(150)]
+        got += [request_once(gw.port, "GET", "/garbage")[0] for _ in range(50)]
+        self.assertEqual(got, [200] * 150 + [502] * 50)
+        self.assertEqual(gw.metric("stealgate_admission_rejected_total", reason="queue_full", scope="route"), 0)
+
     def test_permits_are_released_on_upstream_error_paths(self):
         gw = self.gateway(limited_config(self.up, route_limit=1, queue=0, timeout="100ms"))
         for path, want in [("/garbage", 502), ("/conflicting-cl", 502), ("/status/500", 500),

@@ -176,6 +176,47 @@ TEST_P(Tcp, ConnectRefusedIsAnError) {
   EXPECT_EQ(ec, std::errc::connection_refused);
 }
 
+TEST_P(Tcp, ConnectToAListenerWithAFullBacklogTimesOutAndLeavesNoOperation) {
+  SG_DRIVER_RUNTIME(rt, two_workers());
+  // A listener with a backlog of 0 that never accepts: once it holds a connection or two,
+  // further SYNs are dropped, and a connect waits for its deadline.
+  int l = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(l, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(l, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(::listen(l, 0), 0);
+  socklen_t len = sizeof(a);
+  ASSERT_EQ(::getsockname(l, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  const uint16_t port = ntohs(a.sin_port);
+  std::vector<int> fillers;
+  for (int i = 0; i < 4; ++i) {
+    int f = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    (void)::connect(f, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+    fillers.push_back(f);
+  }
+  std::this_thread::sleep_for(50ms);
+  auto ctx = rt.context();
+  auto t0 = Clock::now();
+  auto ec = rt.block_on([&ctx, port]() -> exec::Task<std::error_code> {
+    auto s = co_await TcpStream::connect(ctx, tcp::endpoint(asio::ip::make_address("127.0.0.1"), port),
+                                         Deadline::after(150ms));
+    co_return s.ok() ? std::error_code{} : s.error();
+  });
+  EXPECT_EQ(ec, std::errc::timed_out);
+  EXPECT_GE(Clock::now() - t0, 140ms);
+  if (rt.driver_kind() == IoDriverKind::kIoUring) {
+    EXPECT_TRUE(sg::testing::eventually([&] {
+      std::size_t n = 0;
+      for (const auto& ring : rt.ring_stats()) n += ring.in_flight;
+      return n == 0;
+    }));
+  }
+  for (int f : fillers) ::close(f);
+  ::close(l);
+}
+
 TEST_P(Tcp, SleepWaitsAndResumesOnAWorker) {
   SG_DRIVER_RUNTIME(rt, two_workers());
   auto r = rt.block_on([]() -> exec::Task<bool> {
