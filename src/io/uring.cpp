@@ -189,12 +189,17 @@ void UringDriver::arm_wake_read() {
   io_uring_sqe_set_data64(e, kWakeTag);
 }
 
-UringOp* UringDriver::start_poll(int fd, uint32_t events, exec::Waker w, std::size_t tag) {
-  UringOp* op = new_op();
+UringOp* UringDriver::new_waited_op(std::size_t extra, exec::Waker w, std::size_t tag) {
+  UringOp* op = new_op(extra);
   op->waker = std::move(w);
   op->tag = tag;
   op->ring = this;
   in_flight_.fetch_add(1, std::memory_order_relaxed);
+  return op;
+}
+
+UringOp* UringDriver::start_poll(int fd, uint32_t events, exec::Waker w, std::size_t tag) {
+  UringOp* op = new_waited_op(0, std::move(w), tag);
   io_uring_sqe* e = sqe();
   io_uring_prep_poll_add(e, fd, events);
   io_uring_sqe_set_data(e, op);
@@ -202,12 +207,8 @@ UringOp* UringDriver::start_poll(int fd, uint32_t events, exec::Waker w, std::si
 }
 
 UringOp* UringDriver::start_receive(int fd, exec::Waker w, std::size_t tag) {
-  UringOp* op = new_op();
-  op->waker = std::move(w);
-  op->tag = tag;
-  op->ring = this;
+  UringOp* op = new_waited_op(0, std::move(w), tag);
   op->receive = true;
-  in_flight_.fetch_add(1, std::memory_order_relaxed);
   io_uring_sqe* e = sqe();
   io_uring_prep_recv(e, fd, nullptr, kReceiveBufferSize, 0);
   e->flags |= IOSQE_BUFFER_SELECT;
@@ -221,7 +222,7 @@ UringOp* UringDriver::start_send(int fd, std::span<const std::string_view> bufs,
   std::size_t n = 0;
   for (std::size_t i = idx; i < bufs.size() && n < kMaxSend; ++i) n += bufs[i].size() - (i == idx ? offset : 0);
   n = std::min(n, kMaxSend);
-  UringOp* op = new_op(n);
+  UringOp* op = new_waited_op(n, std::move(w), tag);
   char* data = reinterpret_cast<char*>(op + 1);
   for (std::size_t i = idx, at = 0; at < n; ++i) {
     std::string_view b = bufs[i].substr(i == idx ? offset : 0);
@@ -229,10 +230,6 @@ UringOp* UringDriver::start_send(int fd, std::span<const std::string_view> bufs,
     std::memcpy(data + at, b.data(), k);
     at += k;
   }
-  op->waker = std::move(w);
-  op->tag = tag;
-  op->ring = this;
-  in_flight_.fetch_add(1, std::memory_order_relaxed);
   io_uring_sqe* e = sqe();
   io_uring_prep_send(e, fd, data, n, MSG_NOSIGNAL);
   io_uring_sqe_set_data(e, op);
@@ -240,13 +237,9 @@ UringOp* UringDriver::start_send(int fd, std::span<const std::string_view> bufs,
 }
 
 UringOp* UringDriver::start_connect(int fd, const sockaddr* addr, socklen_t len, exec::Waker w, std::size_t tag) {
-  UringOp* op = new_op(len);
+  UringOp* op = new_waited_op(len, std::move(w), tag);
   auto* copy = reinterpret_cast<sockaddr*>(op + 1);
   std::memcpy(copy, addr, len);
-  op->waker = std::move(w);
-  op->tag = tag;
-  op->ring = this;
-  in_flight_.fetch_add(1, std::memory_order_relaxed);
   io_uring_sqe* e = sqe();
   io_uring_prep_connect(e, fd, copy, len);
   io_uring_sqe_set_data(e, op);

@@ -173,6 +173,8 @@ class UringDriver final : public exec::Driver {
   friend std::span<const char> received_bytes(const UringOp* op) noexcept;
   UringDriver() = default;
 
+  // An operation (with `extra` bytes after it) that wakes `w` with `tag`, counted in flight.
+  UringOp* new_waited_op(std::size_t extra, exec::Waker w, std::size_t tag);
   void setup_buffers();
   void recycle(int buffer);
   void drain_remote();
