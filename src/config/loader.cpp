@@ -92,7 +92,16 @@ void for_each_item(Ctx& ctx, const YAML::Node& n, const std::string& path, F&& f
     ctx.error(n, path, "expected a list");
     return;
   }
-  for (std::size_t i = 0; i < n.size(); ++i) f(n[i], index(path, i));
+  for (std::size_t i = 0; i < n.size(); ++i) {
+    // "- " with nothing after it (or only a comment) would otherwise be an entry of
+    // defaults that skipped every check of its section. Reported where the list starts
+    // (yaml-cpp places an empty item at the token after it), with the item's index.
+    if (n[i].IsNull()) {
+      ctx.error(n, index(path, i), "an empty list item (a mapping is expected)");
+      continue;
+    }
+    f(n[i], index(path, i));
+  }
 }
 
 void parse_admin(Ctx& ctx, const YAML::Node& n, AdminSection& a) {

@@ -131,6 +131,19 @@ TEST(ConfigLoader, EmptyFileAndMissingListener) {
   EXPECT_NE(errors_of("routes: []\n").find("listeners: at least one listener is required"), std::string::npos);
 }
 
+TEST(ConfigLoader, AnEmptyListItemIsAnError) {
+  // Found by the config fuzzer: an empty route was accepted without its checks, and the
+  // printed configuration then failed to load.
+  std::string e = errors_of(R"(listeners: [{address: 127.0.0.1:8080}]
+clusters: [{name: app, endpoints: [127.0.0.1:1]}]
+routes:
+  - # nothing here
+  - cluster: app
+)");
+  EXPECT_NE(e.find("stealgate.yaml:4:3: routes[0]: an empty list item (a mapping is expected)"), std::string::npos) << e;
+  EXPECT_NE(errors_of("listeners:\n  -\n").find("listeners[0]: an empty list item"), std::string::npos);
+}
+
 TEST(ConfigLoader, RegexAndRedirectValidation) {
   std::string e = errors_of(R"(listeners: [{address: 127.0.0.1:8080}]
 routes:
