@@ -146,19 +146,12 @@ exec::Task<IoResult> TcpStream::read_some(std::span<char> buf, Deadline dl) {
       if (w.ec) co_return IoResult{w.ec, 0};
     }
   }
-  const int fd = sock_.native_handle();
   for (;;) {
-    ssize_t n = ::recv(fd, buf.data(), buf.size(), 0);
-    if (n >= 0) {
+    if (std::optional<IoResult> got = recv_now(sock_.native_handle(), buf)) {
       co_await SpendBudget{};
-      co_return IoResult{{}, static_cast<std::size_t>(n)};
+      co_return *got;
     }
-    int e = errno;
-    if (e == EINTR) continue;
-    if (!would_block(e)) co_return IoResult{{e, std::system_category()}, 0};
-    if (std::error_code ec = co_await wait_ready(sock_, Interest::kRead, dl)) {
-      co_return IoResult{ec, 0};
-    }
+    if (std::error_code ec = co_await wait_ready(sock_, Interest::kRead, dl)) co_return IoResult{ec, 0};
   }
 }
 

@@ -55,7 +55,6 @@ void release(UringOp* op) noexcept {
 }
 
 namespace {
-void unref(UringOp* op) noexcept { release(op); }
 
 std::error_code errno_code(int e) { return {e, std::system_category()}; }
 
@@ -329,7 +328,7 @@ void UringDriver::drain_remote() {
     } else if (c.fd >= 0) {
       ::close(c.fd);
     }
-    unref(c.op);  // may recycle a buffer: this is the ring's thread
+    release(c.op);  // may recycle a buffer: this is the ring's thread
   }
 }
 
@@ -344,7 +343,7 @@ void cancel_and_release(UringOp* op) noexcept {
       ring->queue_remote_cancel(op, -1);
     }
   }
-  unref(op);
+  release(op);
 }
 
 void cancel_and_close(UringOp* op, int fd) noexcept {
@@ -358,7 +357,7 @@ void cancel_and_close(UringOp* op, int fd) noexcept {
   } else {
     ring->queue_remote_cancel(op, fd);
   }
-  unref(op);
+  release(op);
 }
 
 void UringDriver::complete(UringOp* op, int res, uint32_t flags) {
@@ -386,7 +385,7 @@ void UringDriver::complete(UringOp* op, int res, uint32_t flags) {
   if (res == -ECANCELED) ec = std::make_error_code(std::errc::operation_canceled);
   else if (res < 0 && !op->receive) ec = errno_code(-res);
   if (w) std::move(w).wake({ec, tag}, exec::ScheduleKind::kDriver);
-  unref(op);
+  release(op);
 }
 
 uint32_t UringDriver::reap(uint32_t max_events) {

@@ -21,6 +21,7 @@
 #include "io/uring.h"
 #include "../../support/eventually.h"
 #include "../../support/io_drivers.h"
+#include "../../support/workers.h"
 
 namespace sg::io {
 namespace {
@@ -29,12 +30,6 @@ using namespace std::chrono_literals;
 
 class Receive : public ::testing::TestWithParam<IoDriverKind> {};
 INSTANTIATE_TEST_SUITE_P(Drivers, Receive, sg::testing::kDrivers, sg::testing::driver_test_name);
-
-exec::RuntimeConfig two_workers() {
-  exec::RuntimeConfig c;
-  c.worker_threads = 2;
-  return c;
-}
 
 struct Pair {
   int peer = -1;  // the test thread's end
@@ -74,7 +69,7 @@ exec::Task<std::string> read_exactly(TcpStream& s, std::size_t n, std::size_t pi
 }
 
 TEST_P(Receive, ATimedOutReadLosesNoByte) {
-  SG_DRIVER_RUNTIME(rt, two_workers());
+  SG_DRIVER_RUNTIME(rt, sg::testing::workers(2));
   Pair p = make_pair(rt);
   std::atomic<bool> timed_out{false};
   auto h = rt.spawn([&]() -> exec::Task<std::string> {
@@ -93,7 +88,7 @@ TEST_P(Receive, ATimedOutReadLosesNoByte) {
 }
 
 TEST_P(Receive, AReceiveBiggerThanTheReadIsTakenInPiecesInOrder) {
-  SG_DRIVER_RUNTIME(rt, two_workers());
+  SG_DRIVER_RUNTIME(rt, sg::testing::workers(2));
   Pair p = make_pair(rt);
   std::string sent;
   for (int i = 0; i < 10'000; ++i) sent.push_back(static_cast<char>('a' + i % 26));
@@ -112,7 +107,7 @@ TEST_P(Receive, AReceiveBiggerThanTheReadIsTakenInPiecesInOrder) {
 }
 
 TEST_P(Receive, AnEitherWaitWonByTheOtherSocketKeepsWhatTheFirstReceives) {
-  SG_DRIVER_RUNTIME(rt, two_workers());
+  SG_DRIVER_RUNTIME(rt, sg::testing::workers(2));
   Pair a = make_pair(rt);
   Pair b = make_pair(rt);
   std::atomic<bool> b_won{false};
@@ -139,7 +134,7 @@ TEST_P(Receive, AnEitherWaitWonByTheOtherSocketKeepsWhatTheFirstReceives) {
 }
 
 TEST_P(Receive, IdleReadersHoldNoReceiveBuffer) {
-  SG_DRIVER_RUNTIME(rt, two_workers());
+  SG_DRIVER_RUNTIME(rt, sg::testing::workers(2));
   constexpr int kReaders = 50;
   std::vector<Pair> pairs;
   for (int i = 0; i < kReaders; ++i) pairs.push_back(make_pair(rt));
@@ -169,9 +164,7 @@ TEST_P(Receive, IdleReadersHoldNoReceiveBuffer) {
 }
 
 TEST_P(Receive, MoreReadySocketsThanBuffersStillReadEverything) {
-  exec::RuntimeConfig one;
-  one.worker_threads = 1;  // one ring: more ready sockets than its buffers
-  SG_DRIVER_RUNTIME(rt, one);
+  SG_DRIVER_RUNTIME(rt, sg::testing::workers(1));  // one ring: more ready sockets than its buffers
   constexpr int kSockets = static_cast<int>(UringDriver::kReceiveBuffers) + 64;
   std::vector<Pair> pairs;
   for (int i = 0; i < kSockets; ++i) pairs.push_back(make_pair(rt));
@@ -211,7 +204,7 @@ TEST_P(Receive, MoreReadySocketsThanBuffersStillReadEverything) {
 }
 
 TEST_P(Receive, ClosingASocketWithUntakenBytesGivesTheBufferBack) {
-  SG_DRIVER_RUNTIME(rt, two_workers());
+  SG_DRIVER_RUNTIME(rt, sg::testing::workers(2));
   Pair p = make_pair(rt);
   auto h = rt.spawn([&]() -> exec::Task<bool> {
     EitherReadable w = co_await p.stream->wait_readable(nullptr);
@@ -231,7 +224,7 @@ TEST_P(Receive, ClosingASocketWithUntakenBytesGivesTheBufferBack) {
 }
 
 TEST_P(Receive, PeekSeesWhatAReceiveHolds) {
-  SG_DRIVER_RUNTIME(rt, two_workers());
+  SG_DRIVER_RUNTIME(rt, sg::testing::workers(2));
   Pair p = make_pair(rt);
   std::atomic<bool> looked{false};
   auto h = rt.spawn([&]() -> exec::Task<std::string> {
@@ -275,7 +268,7 @@ struct CloseWithUnsubmittedReceive {
 };
 
 TEST_P(Receive, AClosedSocketsPendingReceiveNeverTakesTheNextSocketsBytes) {
-  SG_DRIVER_RUNTIME(rt, two_workers());
+  SG_DRIVER_RUNTIME(rt, sg::testing::workers(2));
   Pair p = make_pair(rt);
   struct Out {
     int old_fd, fresh_fd, fresh_peer;

@@ -18,6 +18,7 @@
 #include "io/tcp.h"
 #include "../../support/eventually.h"
 #include "../../support/io_drivers.h"
+#include "../../support/workers.h"
 
 namespace sg::io {
 namespace {
@@ -26,12 +27,6 @@ using namespace std::chrono_literals;
 
 class Send : public ::testing::TestWithParam<IoDriverKind> {};
 INSTANTIATE_TEST_SUITE_P(Drivers, Send, sg::testing::kDrivers, sg::testing::driver_test_name);
-
-exec::RuntimeConfig two_workers() {
-  exec::RuntimeConfig c;
-  c.worker_threads = 2;
-  return c;
-}
 
 std::string pattern(std::size_t n, int seed) {
   std::string s(n, '\0');
@@ -73,7 +68,7 @@ std::size_t ops_in_flight(Runtime& rt) {
 }
 
 TEST_P(Send, AWriteFarBiggerThanTheSocketBufferArrivesWholeAndInOrder) {
-  SG_DRIVER_RUNTIME(rt, two_workers());
+  SG_DRIVER_RUNTIME(rt, sg::testing::workers(2));
   Pair p = make_pair(rt);
   // Three pieces, 1.2 MiB: many sends, most of them short (the socket buffer is ~200 KiB).
   const std::string a = pattern(700'000, 1), b = pattern(5, 2), c = pattern(500'000, 3);
@@ -91,7 +86,7 @@ TEST_P(Send, AWriteFarBiggerThanTheSocketBufferArrivesWholeAndInOrder) {
 }
 
 TEST_P(Send, ThousandsOfSmallWritesArriveWholeAndInOrder) {
-  SG_DRIVER_RUNTIME(rt, two_workers());
+  SG_DRIVER_RUNTIME(rt, sg::testing::workers(2));
   Pair p = make_pair(rt);
   const std::string all = pattern(6'000'000, 6);
   auto h = rt.spawn([&]() -> exec::Task<std::string> {
@@ -117,7 +112,7 @@ TEST_P(Send, ThousandsOfSmallWritesArriveWholeAndInOrder) {
 }
 
 TEST_P(Send, SmallWritesToAPeerThatStopsReadingTimeOutAndLeaveNoOperation) {
-  SG_DRIVER_RUNTIME(rt, two_workers());
+  SG_DRIVER_RUNTIME(rt, sg::testing::workers(2));
   Pair p = make_pair(rt);
   const std::string piece = pattern(4000, 7);
   auto h = rt.spawn([&]() -> exec::Task<std::string> {
@@ -137,7 +132,7 @@ TEST_P(Send, SmallWritesToAPeerThatStopsReadingTimeOutAndLeaveNoOperation) {
 }
 
 TEST_P(Send, AWriteToAPeerThatStopsReadingTimesOutAndLeavesNoOperation) {
-  SG_DRIVER_RUNTIME(rt, two_workers());
+  SG_DRIVER_RUNTIME(rt, sg::testing::workers(2));
   Pair p = make_pair(rt);
   const std::string big = pattern(4'000'000, 4);
   auto h = rt.spawn([&]() -> exec::Task<std::string> {
@@ -153,7 +148,7 @@ TEST_P(Send, AWriteToAPeerThatStopsReadingTimesOutAndLeavesNoOperation) {
 }
 
 TEST_P(Send, ATaskDroppedInTheMiddleOfAWriteLeavesOnlyItsBytesToSend) {
-  SG_DRIVER_RUNTIME(rt, two_workers());
+  SG_DRIVER_RUNTIME(rt, sg::testing::workers(2));
   Pair p = make_pair(rt);
   std::atomic<bool> writing{false};
   auto h = rt.spawn([&]() -> exec::Task<void> {
@@ -182,7 +177,7 @@ TEST_P(Send, ATaskDroppedInTheMiddleOfAWriteLeavesOnlyItsBytesToSend) {
 
 TEST_P(Send, ACloseOnAWorkerReachesThePeerAfterTheLastWrite) {
   // io_uring: the close is a submission of the worker's ring, after the send before it.
-  SG_DRIVER_RUNTIME(rt, two_workers());
+  SG_DRIVER_RUNTIME(rt, sg::testing::workers(2));
   Pair p = make_pair(rt);
   auto h = rt.spawn([&]() -> exec::Task<bool> {
     auto ec = co_await p.stream.write_all("bye");
