@@ -1,6 +1,8 @@
 #include "admin/admin_server.h"
 
 
+#include "admin/debug_tasks.h"
+#include "admin/scheduler_page.h"
 #include "config/loader.h"
 #include "http/headers.h"
 #include "http/serialize.h"
@@ -75,7 +77,7 @@ exec::Task<void> serve_admin(proxy::Gateway& gw, io::TcpStream s) {
     auto& req = reader.parser().request();
     // Admin requests carry no body worth reading; drain a small one.
     bool has_body = req.body != http::BodyKind::kNone;
-    std::string out = admin_response(gw, req.method, req.path, req.is_head());
+    std::string out = admin_response(gw, req.method, req.path, req.is_head(), req.query);
     if (co_await s.write_all(out, io::Deadline::after(10s))) break;
     if (has_body || !req.keep_alive) break;
     auto fin = co_await reader.read_body(io::Deadline::after(1s));  // completes the message
@@ -92,13 +94,14 @@ exec::Task<void> admin_accept(proxy::Gateway& gw, std::shared_ptr<io::TcpListene
       co_await io::sleep_for(50ms);
       continue;
     }
-    exec::spawn_detached(serve_admin(gw, std::move(*c)));
+    exec::spawn_detached(serve_admin(gw, std::move(*c)), {exec::TaskKind::kAdmin, "admin client"});
   }
 }
 
 }  // namespace
 
-std::string admin_response(proxy::Gateway& gw, const std::string& method, const std::string& path, bool head) {
+std::string admin_response(proxy::Gateway& gw, const std::string& method, const std::string& path, bool head,
+                           std::string_view query) {
   if (method != "GET" && method != "HEAD") {
     return respond(405, "method not allowed\n", "text/plain; charset=utf-8", head);
   }
@@ -115,7 +118,14 @@ std::string admin_response(proxy::Gateway& gw, const std::string& method, const 
     if (!snap) return respond(503, "no configuration loaded\n", "text/plain; charset=utf-8", head);
     return respond(200, redact(config::to_yaml(*snap->config)), "application/yaml; charset=utf-8", head);
   }
-  return respond(404, "not found; try /metrics /healthz /ready /config\n", "text/plain; charset=utf-8", head);
+  if (path == "/debug/tasks") {
+    return respond(200, debug_tasks_json(gw.runtime(), task_limit_of(query)), "application/json", head);
+  }
+  if (path == "/debug/scheduler") {
+    return respond(200, std::string(scheduler_page()), "text/html; charset=utf-8", head);
+  }
+  return respond(404, "not found; try /metrics /healthz /ready /config /debug/tasks /debug/scheduler\n",
+                 "text/plain; charset=utf-8", head);
 }
 
 std::string AdminServer::start(const config::Address& addr) {
@@ -127,7 +137,7 @@ std::string AdminServer::start(const config::Address& addr) {
   port_ = got.listener->local_endpoint().port();
   inherited_ = got.inherited;
   listener_ = std::make_shared<io::TcpListener>(std::move(*got.listener));
-  task_ = gw_.runtime().handle().spawn(admin_accept(gw_, listener_));
+  task_ = gw_.runtime().handle().spawn(admin_accept(gw_, listener_), {exec::TaskKind::kListener, "admin " + addr.text()});
   return "";
 }
 

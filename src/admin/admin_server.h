@@ -6,6 +6,8 @@
 //                 starting or draining
 //   GET /config   the effective configuration (YAML), header values that look like
 //                 credentials redacted
+//   GET /debug/tasks      the scheduler and its live tasks as JSON (debug_tasks.h)
+//   GET /debug/scheduler  a live page of the same (scheduler_page.h)
 #pragma once
 
 #include <memory>
@@ -38,6 +40,7 @@ class AdminServer {
 };
 
 // Exposed for tests: the response to one admin request.
-std::string admin_response(proxy::Gateway& gw, const std::string& method, const std::string& path, bool head);
+std::string admin_response(proxy::Gateway& gw, const std::string& method, const std::string& path, bool head,
+                           std::string_view query = {});
 
 }  // namespace sg::admin

@@ -40,6 +40,20 @@ log::Options log_options(const config::LoggingSection& l) {
   return o;
 }
 
+// The executor's long-poll hook (at most one call per worker per second): a task held a
+// worker that long without yielding, so every other task queued on it waited as long.
+void log_long_poll(const exec::LongPoll& p) {
+  const double ms = static_cast<double>(p.poll.duration_ns) / 1e6;
+  const char* kind = exec::task_kind_name(p.poll.kind);
+  if (p.poll.task_id != 0) {
+    SG_LOG_WARN("long poll: {:.1f} ms on worker {} by {} task {} \"{}\" ({} more long polls not logged)", ms,
+                p.poll.worker, kind, p.poll.task_id, p.poll.name, p.unreported);
+  } else {
+    SG_LOG_WARN("long poll: {:.1f} ms on worker {} by a {} task ({} more long polls not logged)", ms, p.poll.worker,
+                kind, p.unreported);
+  }
+}
+
 exec::RuntimeConfig runtime_config(const config::RuntimeSection& r) {
   exec::RuntimeConfig c;
   c.worker_threads = r.worker_threads;
@@ -49,6 +63,9 @@ exec::RuntimeConfig runtime_config(const config::RuntimeSection& r) {
   c.coop_budget = r.coop_budget;
   c.max_lifo_polls_per_tick = r.max_lifo_polls_per_tick;
   c.max_blocking_threads = r.max_blocking_threads;
+  c.task_diagnostics = r.task_diagnostics;
+  c.long_poll_threshold = r.long_poll_threshold;
+  c.on_long_poll = &log_long_poll;
   return c;
 }
 

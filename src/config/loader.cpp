@@ -130,7 +130,8 @@ void read_choice(const MapView& m, std::string_view key, T& out,
 void parse_runtime(Ctx& ctx, const YAML::Node& n, RuntimeSection& r) {
   MapView m(ctx, n, "runtime",
             {"worker_threads", "io_driver", "global_queue_interval", "adaptive_global_queue_interval",
-             "event_interval", "coop_budget", "max_lifo_polls_per_tick", "max_blocking_threads"});
+             "event_interval", "coop_budget", "max_lifo_polls_per_tick", "max_blocking_threads",
+             "task_diagnostics", "long_poll_threshold"});
   YAML::Node wt = m.get("worker_threads");
   if (wt.IsDefined() && !(wt.IsScalar() && wt.Scalar() == "auto")) m.read_num("worker_threads", r.worker_threads, 1, 1024);
   read_choice(m, "io_driver", r.io_driver,
@@ -141,6 +142,10 @@ void parse_runtime(Ctx& ctx, const YAML::Node& n, RuntimeSection& r) {
   m.read_num("coop_budget", r.coop_budget, 1, 1u << 20);
   m.read_num("max_lifo_polls_per_tick", r.max_lifo_polls_per_tick, 0, 1u << 20);
   m.read_num("max_blocking_threads", r.max_blocking_threads, 1, 100000);
+  m.read("task_diagnostics", r.task_diagnostics);
+  if (m.read_duration("long_poll_threshold", r.long_poll_threshold) && r.long_poll_threshold.count() < 1) {
+    m.ctx().error(m.get("long_poll_threshold"), m.path("long_poll_threshold"), "must be at least 1ms");
+  }
 }
 
 

@@ -99,6 +99,8 @@ static void emit_runtime(YAML::Emitter& e, const RuntimeSection& r) {
   e << YAML::Key << "coop_budget" << YAML::Value << r.coop_budget;
   e << YAML::Key << "max_lifo_polls_per_tick" << YAML::Value << r.max_lifo_polls_per_tick;
   e << YAML::Key << "max_blocking_threads" << YAML::Value << r.max_blocking_threads;
+  e << YAML::Key << "task_diagnostics" << YAML::Value << r.task_diagnostics;
+  e << YAML::Key << "long_poll_threshold" << YAML::Value << dur(r.long_poll_threshold);
   e << YAML::EndMap;
 }
 

@@ -38,6 +38,8 @@ struct RuntimeSection {
   uint32_t coop_budget = 128;
   uint32_t max_lifo_polls_per_tick = 3;
   std::size_t max_blocking_threads = 512;
+  bool task_diagnostics = true;           // per-task records for /debug/tasks
+  Duration long_poll_threshold{10};       // a poll this long is counted and logged
   bool operator==(const RuntimeSection&) const = default;
 };
 

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <string>
 
+#include "exec/poll_log.h"
+
 namespace sg::exec {
 
 // Capacity of each worker's local run queue. Tokio: queue.rs LOCAL_QUEUE_CAPACITY = 256.
@@ -50,6 +52,11 @@ inline constexpr std::chrono::nanoseconds kTargetGlobalQueueIntervalTime{200'000
 inline constexpr uint32_t kMinGlobalQueueInterval = 2;
 inline constexpr uint32_t kMaxGlobalQueueInterval = 127;
 
+// A poll this long is counted and reported as a long poll: something blocks a worker.
+// Tokio's guidance is 10-100 us between awaits; 10 ms is far past anything the gateway's
+// own tasks do, so a report means real blocking work (a slow DNS call, a huge config).
+inline constexpr std::chrono::nanoseconds kDefaultLongPollThreshold{10'000'000};
+
 struct RuntimeConfig {
   // 0 = the CPUs available to the process (affinity mask and cgroup cpu.max quota).
   std::size_t worker_threads = 0;
@@ -69,6 +76,12 @@ struct RuntimeConfig {
   std::size_t thread_stack_size = kDefaultThreadStackSize;
   uint32_t max_io_events_per_tick = kDefaultMaxIoEventsPerTick;
   std::string thread_name = "sg-worker";
+  // Per-task records (task_diag.h) for /debug/tasks: kind, name, polls, busy and queued
+  // time, wakes by source. Off: tasks carry only their kind.
+  bool task_diagnostics = true;
+  std::chrono::nanoseconds long_poll_threshold = kDefaultLongPollThreshold;
+  // Called on the worker, at most once a second per worker, for a long poll.
+  LongPollHook on_long_poll = nullptr;
 };
 
 // CPUs this process may run on: sched_getaffinity, further capped by a cgroup v2

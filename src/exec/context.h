@@ -26,6 +26,7 @@ struct ThreadContext {
   bool budget_active = false;       // false outside task polls: no budget applies
   bool yield_requested = false;     // the polled task asked to go to the back of the queue
   bool in_driver = false;           // dispatching I/O driver completions
+  bool in_timers = false;           // firing due timers (a wake's source is the timer)
   bool tick_now_valid = false;      // tick_now holds this poll's clock reading
   std::chrono::steady_clock::time_point tick_now{};
 };

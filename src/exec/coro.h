@@ -434,6 +434,7 @@ struct CoroTask final : CoroTaskBase {
 
   static void dealloc(TaskHeader* h) noexcept {
     Scheduler* s = h->scheduler;
+    if (h->diag != nullptr) release_task_diag(h);
     delete static_cast<CoroTask*>(h);
     note_task_freed(s);
   }

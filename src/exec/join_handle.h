@@ -52,6 +52,7 @@ class [[nodiscard]] JoinHandle {
   // a running task is dropped when it next suspends. Completion is observable as usual.
   void cancel() noexcept {
     using namespace task_state;
+    if (t_->diag != nullptr) note_wake(t_);
     uint32_t prev = t_->state.fetch_or(kCancelled | kNotified, std::memory_order_acq_rel);
     if ((prev & (kRunning | kNotified | kComplete)) == 0) schedule_task(t_, ScheduleKind::kYield);
   }

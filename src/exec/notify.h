@@ -174,6 +174,7 @@ class Notify {
     // No wait_result: a notification carries none and notified() never reads it.
     // Release: the poll that sees IDLE sees what the notifier wrote before notifying.
     t->wait_token.store(w->gen << 2, std::memory_order_release);
+    if (t->diag != nullptr) note_wake(t);
     uint32_t prev = t->state.fetch_or(task_state::kNotified, std::memory_order_acq_rel);
     // Last touch of the waiter: from here its awaiter may be destroyed (release pairs with
     // the destructor's acquire load).

@@ -35,7 +35,7 @@ namespace detail {
 // Allocates the task object for `f`: a CoroTask when f is (or returns) a Task<T>, a
 // ClosureTask otherwise. Returns the task and a pointer to its output.
 template <class F>
-auto make_task(Scheduler* s, F&& f, bool with_handle) {
+auto make_task_unlabelled(Scheduler* s, F&& f, bool with_handle) {
   using Fn = std::decay_t<F>;
   if (s != nullptr) s->note_task_created();
   if constexpr (is_task_v<Fn>) {
@@ -56,8 +56,15 @@ auto make_task(Scheduler* s, F&& f, bool with_handle) {
 }
 
 template <class F>
+auto make_task(Scheduler* s, F&& f, bool with_handle, const TaskLabel& label) {
+  auto made = make_task_unlabelled(s, std::forward<F>(f), with_handle);
+  s->label_new_task(made.first, label);
+  return made;
+}
+
+template <class F>
 using spawn_output_t = typename std::remove_pointer_t<
-    decltype(make_task(nullptr, std::declval<F>(), true).second)>;
+    decltype(make_task_unlabelled(nullptr, std::declval<F>(), true).second)>;
 template <class O>
 struct output_value;
 template <class T>
@@ -82,29 +89,31 @@ class Handle {
   const RuntimeConfig& config() const noexcept { return s_->config(); }
   RuntimeStats stats() const { return s_->stats(); }
 
+  // `label` names the task in /debug/tasks and long-poll reports (task_diag.h).
   template <class F>
-  JoinHandle<detail::spawn_value_t<F>> spawn(F&& f) const {
-    auto [t, out] = detail::make_task(s_, std::forward<F>(f), true);
+  JoinHandle<detail::spawn_value_t<F>> spawn(F&& f, const TaskLabel& label = {}) const {
+    auto [t, out] = detail::make_task(s_, std::forward<F>(f), true, label);
     s_->schedule(t, ScheduleKind::kWake);
     return JoinHandle<detail::spawn_value_t<F>>(t, out);
   }
 
   // Like spawn, without a JoinHandle: the cheapest path for fire-and-forget tasks.
   template <class F>
-  void spawn_detached(F&& f) const {
-    auto [t, out] = detail::make_task(s_, std::forward<F>(f), false);
+  void spawn_detached(F&& f, const TaskLabel& label = {}) const {
+    auto [t, out] = detail::make_task(s_, std::forward<F>(f), false, label);
     (void)out;
     s_->schedule(t, ScheduleKind::kWake);
   }
 
   // Runs a blocking callable on the blocking pool, never on a worker.
   template <class F>
-  JoinHandle<std::invoke_result_t<std::decay_t<F>&>> spawn_blocking(F&& f) const {
+  JoinHandle<std::invoke_result_t<std::decay_t<F>&>> spawn_blocking(F&& f, std::string_view name = {}) const {
     using Fn = std::decay_t<F>;
     using R = std::invoke_result_t<Fn&>;
     static_assert(!is_task_v<R>, "spawn_blocking takes a plain callable");
     s_->note_task_created();
     auto* t = new ClosureTask<Fn, R>(s_, Fn(std::forward<F>(f)), true);
+    s_->label_new_task(t, TaskLabel{TaskKind::kBlocking, name});
     s_->blocking().spawn(t);
     return JoinHandle<R>(t, &t->output);
   }
@@ -135,12 +144,12 @@ class Runtime {
   RuntimeStats stats() const { return s_->stats(); }
 
   template <class F>
-  auto spawn(F&& f) const {
-    return handle().spawn(std::forward<F>(f));
+  auto spawn(F&& f, const TaskLabel& label = {}) const {
+    return handle().spawn(std::forward<F>(f), label);
   }
   template <class F>
-  void spawn_detached(F&& f) const {
-    handle().spawn_detached(std::forward<F>(f));
+  void spawn_detached(F&& f, const TaskLabel& label = {}) const {
+    handle().spawn_detached(std::forward<F>(f), label);
   }
   template <class F>
   auto spawn_blocking(F&& f) const {
@@ -161,13 +170,17 @@ class Runtime {
 
 // Inside a task: spawn onto the runtime running the caller.
 template <class F>
-auto spawn(F&& f) {
-  return Handle::current().spawn(std::forward<F>(f));
+auto spawn(F&& f, const TaskLabel& label = {}) {
+  return Handle::current().spawn(std::forward<F>(f), label);
 }
 template <class F>
-void spawn_detached(F&& f) {
-  Handle::current().spawn_detached(std::forward<F>(f));
+void spawn_detached(F&& f, const TaskLabel& label = {}) {
+  Handle::current().spawn_detached(std::forward<F>(f), label);
 }
+
+// Renames the running coroutine task (a connection task naming itself after its peer).
+// No-op outside a task.
+void label_current_task(const TaskLabel& label) noexcept;
 template <class F>
 auto spawn_blocking(F&& f) {
   return Handle::current().spawn_blocking(std::forward<F>(f));

@@ -1,5 +1,6 @@
 #include "exec/scheduler.h"
 
+#include <algorithm>
 #include <mutex>
 
 #include "exec/context.h"
@@ -49,7 +50,8 @@ void Scheduler::release(std::unique_ptr<Scheduler> s) {
 Scheduler::Scheduler(const RuntimeConfig& cfg, std::unique_ptr<Driver> driver, DriverFactory per_worker)
     : cfg_(resolve(cfg)), per_worker_drivers_(static_cast<bool>(per_worker)),
       slots_(std::make_unique<DriverSlot[]>(per_worker ? cfg_.worker_threads : 1)),
-      timers_(cfg_.worker_threads, per_worker ? cfg_.worker_threads : 1), idle_(cfg_.worker_threads) {
+      timers_(cfg_.worker_threads, per_worker ? cfg_.worker_threads : 1), tasks_(cfg_.worker_threads + 1),
+      idle_(cfg_.worker_threads) {
   if (per_worker) {
     for (std::size_t i = 0; i < cfg_.worker_threads; ++i) drivers_.push_back(per_worker(i));
   } else if (driver) {
@@ -76,6 +78,21 @@ Scheduler::Scheduler(const RuntimeConfig& cfg, std::unique_ptr<Driver> driver, D
 }
 
 Scheduler::~Scheduler() { shutdown(); }
+
+void Scheduler::label_new_task(TaskHeader* t, const TaskLabel& label) {
+  t->kind = label.kind;
+  if (!cfg_.task_diagnostics) return;
+  const ThreadContext& c = tl_ctx;
+  const std::size_t shard = c.scheduler == this && c.worker != nullptr ? c.worker_index : workers_.size();
+  t->diag = tasks_.attach(t, label, shard, now_ns());
+}
+
+std::vector<SlowPoll> Scheduler::slow_polls() const {
+  std::vector<SlowPoll> out;
+  for (const auto& w : workers_) w->slow_polls().collect(out);
+  std::sort(out.begin(), out.end(), [](const SlowPoll& a, const SlowPoll& b) { return a.duration_ns > b.duration_ns; });
+  return out;
+}
 
 void Scheduler::start() {
   for (auto& w : workers_) w->start();

@@ -16,6 +16,7 @@
 #include "exec/inject_queue.h"
 #include "exec/stats.h"
 #include "exec/task.h"
+#include "exec/task_registry.h"
 #include "exec/timers.h"
 #include "exec/worker.h"
 
@@ -82,6 +83,13 @@ class Scheduler {
 
   RuntimeStats stats() const;
 
+  // Gives a new task (not yet queued) its kind and, with task diagnostics, its record.
+  void label_new_task(TaskHeader* t, const TaskLabel& label);
+  TaskRegistry& tasks() { return tasks_; }
+  const TaskRegistry& tasks() const { return tasks_; }
+  // The slowest recent polls of every worker, slowest first.
+  std::vector<SlowPoll> slow_polls() const;
+
   const RuntimeConfig& config() const { return cfg_; }
   InjectQueue& inject() { return inject_; }
   Idle& idle() { return idle_; }
@@ -105,6 +113,7 @@ class Scheduler {
   std::unique_ptr<Driver> sleep_driver_;
   std::unique_ptr<DriverSlot[]> slots_;  // one shared, or one per worker
   Timers timers_;
+  TaskRegistry tasks_;
   InjectQueue inject_;
   Idle idle_;
   std::vector<std::unique_ptr<Worker>> workers_;

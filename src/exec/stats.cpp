@@ -9,6 +9,28 @@ double DelayHistogram::upper_bound_seconds(std::size_t i) {
   return static_cast<double>(uint64_t{1} << (i + kDelayFirstShift)) * 1e-9;
 }
 
+void PublishedHistogram::publish(const DelayHistogram& h) {
+  constexpr auto r = std::memory_order_relaxed;
+  for (std::size_t i = 0; i < kDelayBuckets; ++i) buckets[i].store(h.buckets[i], r);
+  count.store(h.count, r);
+  sum_ns.store(h.sum_ns, r);
+}
+
+void PublishedHistogram::load(DelayHistogram& h) const {
+  constexpr auto r = std::memory_order_relaxed;
+  for (std::size_t i = 0; i < kDelayBuckets; ++i) h.buckets[i] = buckets[i].load(r);
+  h.count = count.load(r);
+  h.sum_ns = sum_ns.load(r);
+}
+
+namespace {
+void add_into(DelayHistogram& to, const DelayHistogram& from) {
+  for (std::size_t i = 0; i < kDelayBuckets; ++i) to.buckets[i] += from.buckets[i];
+  to.count += from.count;
+  to.sum_ns += from.sum_ns;
+}
+}  // namespace
+
 void PublishedWorkerStats::publish(const WorkerCounters& c) {
   constexpr auto r = std::memory_order_relaxed;  // independent counters; readers tolerate skew
   polls.store(c.polls, r);
@@ -27,9 +49,9 @@ void PublishedWorkerStats::publish(const WorkerCounters& c) {
   busy_ns.store(c.busy_ns, r);
   local_queue_depth.store(c.local_queue_depth, r);
   global_queue_interval.store(c.global_queue_interval, r);
-  for (std::size_t i = 0; i < kDelayBuckets; ++i) delay_buckets[i].store(c.sched_delay.buckets[i], r);
-  delay_count.store(c.sched_delay.count, r);
-  delay_sum_ns.store(c.sched_delay.sum_ns, r);
+  long_polls.store(c.long_polls, r);
+  sched_delay.publish(c.sched_delay);
+  poll_time.publish(c.poll_time);
 }
 
 WorkerCounters PublishedWorkerStats::load() const {
@@ -51,9 +73,9 @@ WorkerCounters PublishedWorkerStats::load() const {
   c.busy_ns = busy_ns.load(r);
   c.local_queue_depth = local_queue_depth.load(r);
   c.global_queue_interval = global_queue_interval.load(r);
-  for (std::size_t i = 0; i < kDelayBuckets; ++i) c.sched_delay.buckets[i] = delay_buckets[i].load(r);
-  c.sched_delay.count = delay_count.load(r);
-  c.sched_delay.sum_ns = delay_sum_ns.load(r);
+  c.long_polls = long_polls.load(r);
+  sched_delay.load(c.sched_delay);
+  poll_time.load(c.poll_time);
   return c;
 }
 
@@ -75,9 +97,9 @@ WorkerCounters RuntimeStats::total() const {
     t.driver_polls += w.driver_polls;
     t.busy_ns += w.busy_ns;
     t.local_queue_depth += w.local_queue_depth;
-    for (std::size_t i = 0; i < kDelayBuckets; ++i) t.sched_delay.buckets[i] += w.sched_delay.buckets[i];
-    t.sched_delay.count += w.sched_delay.count;
-    t.sched_delay.sum_ns += w.sched_delay.sum_ns;
+    t.long_polls += w.long_polls;
+    add_into(t.sched_delay, w.sched_delay);
+    add_into(t.poll_time, w.poll_time);
   }
   return t;
 }

@@ -10,8 +10,9 @@
 
 namespace sg::exec {
 
-// Log2 buckets of scheduling delay in nanoseconds: bucket i holds delays < 2^(i+10) ns
-// (i.e. < 1.02 us, < 2.05 us, ... ), the last bucket is unbounded. 1 us .. ~2.1 s.
+// Log2 buckets of a duration in nanoseconds (scheduling delay, poll time): bucket i holds
+// durations < 2^(i+10) ns (i.e. < 1.02 us, < 2.05 us, ... ), the last bucket is unbounded.
+// 1 us .. ~2.1 s.
 inline constexpr std::size_t kDelayBuckets = 22;
 inline constexpr int kDelayFirstShift = 10;
 
@@ -53,7 +54,17 @@ struct WorkerCounters {
   uint64_t busy_ns = 0;            // time not parked
   uint64_t local_queue_depth = 0;  // gauge, at publication time
   uint64_t global_queue_interval = 0;  // gauge: current (possibly adaptive) interval
+  uint64_t long_polls = 0;         // polls that took at least RuntimeConfig::long_poll_threshold
   DelayHistogram sched_delay;      // runnable -> polled, sampled
+  DelayHistogram poll_time;        // every poll's duration
+};
+
+// A DelayHistogram published for readers on other threads.
+struct PublishedHistogram {
+  std::array<std::atomic<uint64_t>, kDelayBuckets> buckets{};
+  std::atomic<uint64_t> count{0}, sum_ns{0};
+  void publish(const DelayHistogram& h);
+  void load(DelayHistogram& h) const;
 };
 
 // One worker's published copy (cache-line aligned so workers never share a line).
@@ -61,9 +72,8 @@ struct alignas(64) PublishedWorkerStats {
   std::atomic<uint64_t> polls{0}, local_schedules{0}, remote_polled{0}, steals{0},
       steal_operations{0}, overflows{0}, lifo_hits{0}, lifo_capped{0}, priority_schedules{0}, forced_yields{0},
       parks{0}, unparks{0}, driver_polls{0}, busy_ns{0}, local_queue_depth{0},
-      global_queue_interval{0};
-  std::array<std::atomic<uint64_t>, kDelayBuckets> delay_buckets{};
-  std::atomic<uint64_t> delay_count{0}, delay_sum_ns{0};
+      global_queue_interval{0}, long_polls{0};
+  PublishedHistogram sched_delay, poll_time;
 
   void publish(const WorkerCounters& c);
   WorkerCounters load() const;

@@ -36,6 +36,7 @@
 
 #include "exec/alloc.h"
 #include "exec/context.h"
+#include "exec/task_diag.h"
 
 namespace sg::exec {
 
@@ -78,8 +79,10 @@ struct TaskHeader {
   Scheduler* scheduler;          // the runtime that runs (and reschedules) this task
   TaskHeader* next = nullptr;    // link while in the injection queue or a batch
   std::atomic<uint32_t> state;
-  uint32_t is_coroutine = 0;     // 1 for CoroTask (can suspend and be woken)
+  uint8_t is_coroutine = 0;      // 1 for CoroTask (can suspend and be woken)
+  TaskKind kind = TaskKind::kTask;
   uint64_t ready_ns = 0;         // sampled time it became runnable; 0 = not sampled
+  TaskDiag* diag = nullptr;      // with RuntimeConfig::task_diagnostics (task_diag.h)
 };
 
 // Where a scheduled task should go (see Worker::schedule_local).
@@ -95,6 +98,7 @@ enum class ScheduleKind : uint8_t {
 void worker_schedule_local(Worker* w, TaskHeader* t, ScheduleKind kind) noexcept;
 void schedule_task_slow(TaskHeader* t, ScheduleKind kind) noexcept;
 inline void schedule_task(TaskHeader* t, ScheduleKind kind) noexcept {
+  if (t->diag != nullptr) note_runnable(t);
   const ThreadContext& c = tl_ctx;
   if (c.scheduler == t->scheduler && c.worker != nullptr) {
     worker_schedule_local(c.worker, t, kind);
@@ -124,6 +128,7 @@ inline void task_ref_dec(TaskHeader* t) noexcept {
 // requeues it when its poll returns.
 inline void wake_task(TaskHeader* t, ScheduleKind kind = ScheduleKind::kWake) noexcept {
   using namespace task_state;
+  if (t->diag != nullptr) note_wake(t);
   uint32_t prev = t->state.fetch_or(kNotified, std::memory_order_acq_rel);
   if ((prev & (kRunning | kNotified | kComplete)) == 0) schedule_task(t, kind);
 }
@@ -220,6 +225,7 @@ struct ClosureTask final : JoinableTask {
 
   static void dealloc(TaskHeader* h) noexcept {
     Scheduler* s = h->scheduler;
+    if (h->diag != nullptr) release_task_diag(h);
     delete static_cast<ClosureTask*>(h);
     note_task_freed(s);
   }

@@ -107,9 +107,11 @@ std::size_t Timers::process(Clock::time_point now, std::size_t max, std::size_t 
         });
         s.next_due.store(s.wheel.next_expiration().value_or(kNoDeadline), std::memory_order_relaxed);
       }
+      tl_ctx.in_timers = true;  // the wakes' source, for task diagnostics
       for (std::size_t k = 0; k < n; ++k) {
         Waker(batch[k].task, batch[k].gen).wake({std::error_code{}, batch[k].tag}, ScheduleKind::kDriver);
       }
+      tl_ctx.in_timers = false;
       fired += n;
       if (n < limit) break;
     }

@@ -56,6 +56,7 @@ Worker::Worker(Scheduler* scheduler, std::size_t index)
       lifo_enabled_(cfg_.lifo_slot),
       global_queue_interval_(cfg_.global_queue_interval),
       rand_(static_cast<uint32_t>(0x9E3779B9u * (index + 1))),
+      long_poll_ns_(static_cast<uint64_t>(cfg_.long_poll_threshold.count())),
       stealer_(run_queue_.stealer()),
       priority_stealer_(priority_queue_.stealer()),
       parker_(&scheduler->driver_slot(index)) {
@@ -247,20 +248,76 @@ TaskHeader* Worker::steal_work() {
   return nullptr;
 }
 
-void Worker::poll_task(TaskHeader* t) {
+namespace {
+
+void note_poll_start(TaskDiag* d, uint64_t start) {
+  constexpr auto r = std::memory_order_relaxed;
+  const uint64_t ready = d->ready_at_ns.exchange(0, r);
+  if (ready != 0 && start > ready) d->scheduled_ns.fetch_add(start - ready, r);
+}
+
+void note_poll_end(TaskDiag* d, uint64_t took, std::size_t worker) {
+  constexpr auto r = std::memory_order_relaxed;
+  d->polls.fetch_add(1, r);
+  d->busy_ns.fetch_add(took, r);
+  if (took > d->max_poll_ns.load(r)) d->max_poll_ns.store(took, r);  // a racing poll may win: it is a maximum too
+  d->last_worker.store(static_cast<uint32_t>(worker), r);
+}
+
+}  // namespace
+
+// Polls `t` from `start` (a clock reading just taken) and returns the reading at its end:
+// every poll is timed (poll-time histogram, long polls), and a chain of polls reads the
+// clock once per poll. The start reading is also the poll's tick_now.
+uint64_t Worker::poll_task(TaskHeader* t, uint64_t start) {
   if (t->ready_ns != 0) {
-    uint64_t now = now_ns();
-    counters_.sched_delay.record(now > t->ready_ns ? now - t->ready_ns : 0);
+    counters_.sched_delay.record(start > t->ready_ns ? start - t->ready_ns : 0);
     t->ready_ns = 0;
   }
   ++counters_.polls;
   ++batch_polls_;
+  const TaskKind kind = t->kind;
+  TaskDiag* const d = t->diag;
+  if (d != nullptr) {
+    // Our own reference keeps the task, and so its record, alive through the bookkeeping
+    // after the poll (which may complete and free it, or hand it to another worker).
+    task_ref_inc(t);
+    note_poll_start(d, start);
+  }
   ThreadContext& c = tl_ctx;
   c.budget = cfg_.coop_budget;
   c.budget_active = true;
-  c.tick_now_valid = false;
+  c.tick_now = Clock::time_point(std::chrono::nanoseconds(start));
+  c.tick_now_valid = true;
   t->vtable->poll(t);
   c.budget_active = false;
+  const uint64_t end = now_ns();
+  const uint64_t took = end - start;
+  counters_.poll_time.record(took);
+  if (d != nullptr) note_poll_end(d, took, index_);
+  if (took > slow_polls_.floor() || took >= long_poll_ns_ || slow_polls_.window_over(end)) {
+    note_slow_poll(kind, d, took, end);
+  }
+  if (d != nullptr) task_ref_dec(t);
+  return end;
+}
+
+void Worker::note_slow_poll(TaskKind kind, const TaskDiag* d, uint64_t took, uint64_t end) {
+  SlowPoll p;
+  p.duration_ns = took;
+  p.ended_ns = end;
+  p.worker = static_cast<uint32_t>(index_);
+  p.kind = kind;
+  if (d != nullptr) {
+    p.task_id = d->id;
+    p.name = scheduler_->tasks().name_of(d);
+  }
+  if (took >= long_poll_ns_) {
+    ++counters_.long_polls;
+    uint64_t held = 0;
+    if (cfg_.on_long_poll != nullptr && long_poll_limiter_.admit(end, held)) cfg_.on_long_poll(LongPoll{p, held});
+  }
+  slow_polls_.record(std::move(p));
 }
 
 void Worker::run_task(TaskHeader* t) {
@@ -270,11 +327,10 @@ void Worker::run_task(TaskHeader* t) {
     is_searching_ = false;
     if (scheduler_->idle().transition_worker_from_searching()) scheduler_->notify_parked();
   }
-  poll_task(t);
-  run_lifo_chain();
+  run_lifo_chain(poll_task(t, now_ns()));
 }
 
-void Worker::run_lifo_chain() {
+void Worker::run_lifo_chain(uint64_t now) {
   uint32_t lifo_polls = 0;
   for (;;) {
     TaskHeader* next = lifo_;
@@ -299,11 +355,11 @@ void Worker::run_lifo_chain() {
       } else {
         // Nobody waits locally; keep the slot (a spawn chain stays cache-hot) but end the
         // tick so the injection queue and the I/O driver still get their turn.
-        poll_task(next);
+        poll_task(next, now);
         return;
       }
     }
-    poll_task(next);
+    now = poll_task(next, now);
   }
 }
 

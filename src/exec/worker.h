@@ -11,6 +11,7 @@
 #include "exec/fast_rand.h"
 #include "exec/local_queue.h"
 #include "exec/parker.h"
+#include "exec/poll_log.h"
 #include "exec/stats.h"
 #include "exec/task.h"
 
@@ -34,6 +35,7 @@ class Worker {
   const Stealer<TaskHeader>& stealer() const { return stealer_; }
   const Stealer<TaskHeader>& priority_stealer() const { return priority_stealer_; }
   const PublishedWorkerStats& published() const { return published_; }
+  const SlowPollLog& slow_polls() const { return slow_polls_; }
   std::size_t index() const { return index_; }
 
   // After join(): hands every queued task (LIFO slot first) to `drop`.
@@ -56,8 +58,9 @@ class Worker {
   TaskHeader* pop_priority();
   TaskHeader* steal_work();
   void run_task(TaskHeader* t);
-  void run_lifo_chain();
-  void poll_task(TaskHeader* t);
+  void run_lifo_chain(uint64_t now);
+  uint64_t poll_task(TaskHeader* t, uint64_t start);
+  [[gnu::noinline]] void note_slow_poll(TaskKind kind, const TaskDiag* d, uint64_t took, uint64_t end);
 
   void park();
   bool transition_to_parked();
@@ -102,12 +105,15 @@ class Worker {
   uint64_t batch_started_ns_ = 0;
   uint64_t batch_polls_ = 0;
   double poll_time_ewma_ns_ = 0;
+  const uint64_t long_poll_ns_;
+  LongPollLimiter long_poll_limiter_;
 
   // --- shared with other threads ---
   Stealer<TaskHeader> stealer_;
   Stealer<TaskHeader> priority_stealer_;
   Parker parker_;
   PublishedWorkerStats published_;
+  SlowPollLog slow_polls_;
   pthread_t thread_{};
   bool started_ = false;
 };

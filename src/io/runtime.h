@@ -55,8 +55,8 @@ class Runtime {
   asio::io_context& asio_context();
 
   template <class F>
-  auto spawn(F&& f) {
-    return rt_->spawn(std::forward<F>(f));
+  auto spawn(F&& f, const exec::TaskLabel& label = {}) {
+    return rt_->spawn(std::forward<F>(f), label);
   }
   template <class F>
   auto block_on(F&& f) {

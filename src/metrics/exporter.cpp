@@ -54,6 +54,20 @@ void add_histogram(MetricFamily& f, Labels labels, const AtomicHistogram& h) {
   f.metric.push_back(std::move(m));
 }
 
+// A log2 duration histogram (exec::DelayHistogram) as a Prometheus histogram.
+void add_duration_histogram(MetricFamily& f, Labels labels, const exec::DelayHistogram& h) {
+  ClientMetric m;
+  m.label = std::move(labels);
+  uint64_t cum = 0;
+  for (std::size_t i = 0; i < exec::kDelayBuckets; ++i) {
+    cum += h.buckets[i];
+    m.histogram.bucket.push_back({cum, exec::DelayHistogram::upper_bound_seconds(i)});
+  }
+  m.histogram.sample_count = cum;
+  m.histogram.sample_sum = static_cast<double>(h.sum_ns) * 1e-9;
+  f.metric.push_back(std::move(m));
+}
+
 void executor_families(Families& fs, const exec::RuntimeStats& st) {
   struct Field {
     const char* name;
@@ -107,21 +121,34 @@ void executor_families(Families& fs, const exec::RuntimeStats& st) {
             static_cast<double>(st.blocking_threads));
   fs.scalar("stealgate_executor_blocking_queue_depth", "Blocking tasks waiting for a thread.", MetricType::Gauge,
             static_cast<double>(st.blocking_queue_depth));
-  // Scheduling delay (runnable -> polled), sampled, all workers together.
-  exec::WorkerCounters tot = st.total();
-  auto& h = fs.family("stealgate_executor_scheduling_delay_seconds",
-                      "Time a runnable task waits in a run queue before its poll (sampled; "
-                      "LIFO-slot hand-offs do not queue and are not sampled).",
-                      MetricType::Histogram);
-  ClientMetric m;
-  uint64_t cum = 0;
-  for (std::size_t i = 0; i < exec::kDelayBuckets; ++i) {
-    cum += tot.sched_delay.buckets[i];
-    m.histogram.bucket.push_back({cum, exec::DelayHistogram::upper_bound_seconds(i)});
+  auto& long_polls = fs.family("stealgate_executor_long_polls_total",
+                               "Polls that held a worker for at least runtime.long_poll_threshold (each is "
+                               "logged, at most once a second per worker, with its task's kind and name).",
+                               MetricType::Counter);
+  auto& poll_time = fs.family("stealgate_executor_poll_duration_seconds",
+                              "Time each task poll held its worker.", MetricType::Histogram);
+  for (std::size_t w = 0; w < st.workers.size(); ++w) {
+    Labels lb{{"worker", std::to_string(w)}};
+    Families::add(long_polls, lb, static_cast<double>(st.workers[w].long_polls));
+    add_duration_histogram(poll_time, lb, st.workers[w].poll_time);
   }
-  m.histogram.sample_count = cum;
-  m.histogram.sample_sum = static_cast<double>(tot.sched_delay.sum_ns) * 1e-9;
-  h.metric.push_back(std::move(m));
+  // Scheduling delay (runnable -> polled), sampled, all workers together.
+  add_duration_histogram(fs.family("stealgate_executor_scheduling_delay_seconds",
+                                   "Time a runnable task waits in a run queue before its poll (sampled; "
+                                   "LIFO-slot hand-offs do not queue and are not sampled).",
+                                   MetricType::Histogram),
+                         {}, st.total().sched_delay);
+}
+
+// Live tasks by kind (with runtime.task_diagnostics; absent without).
+void task_families(Families& fs, const exec::Scheduler& s) {
+  if (!s.config().task_diagnostics) return;
+  std::array<uint64_t, exec::kTaskKinds> by_kind{};
+  for (const auto& t : s.tasks().snapshot(exec::now_ns())) ++by_kind[static_cast<std::size_t>(t.kind)];
+  auto& f = fs.family("stealgate_executor_tasks", "Live tasks by kind.", MetricType::Gauge);
+  for (std::size_t k = 0; k < exec::kTaskKinds; ++k) {
+    Families::add(f, {{"kind", exec::task_kind_name(static_cast<exec::TaskKind>(k))}}, static_cast<double>(by_kind[k]));
+  }
 }
 
 // The io_uring rings, one series per worker (absent on epoll): operations in flight (each
@@ -328,6 +355,7 @@ std::string render(proxy::Gateway& gw) {
                           MetricType::Gauge),
                 {{"driver", std::string(io::io_driver_name(gw.runtime().driver_kind()))}}, 1);
   io_uring_families(fs, gw.runtime().ring_stats());
+  task_families(fs, *gw.runtime().exec().handle().scheduler());
   gateway_families(fs, gw);
   std::ostringstream os;
   prometheus::TextSerializer{}.Serialize(os, std::vector<MetricFamily>(fs.out.begin(), fs.out.end()));

@@ -155,7 +155,7 @@ exec::Task<void> tunnel(io::TcpStream& client, io::TcpStream& up, std::string_vi
   if (!up_leftover.empty() && co_await client.write_all(up_leftover, io::Deadline::after(idle))) co_return;
   if (!client_leftover.empty() && co_await up.write_all(client_leftover, io::Deadline::after(idle))) co_return;
   // One direction in its own task, the other here; the second to finish ends the tunnel.
-  auto upstream_bound = exec::spawn(pump(client, up, idle, &ctx.bytes_in));
+  auto upstream_bound = exec::spawn(pump(client, up, idle, &ctx.bytes_in), {exec::TaskKind::kRequest, "upgrade tunnel"});
   co_await pump(up, client, idle, &ctx.bytes_out);
   co_await upstream_bound;
 }

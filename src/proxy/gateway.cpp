@@ -60,7 +60,8 @@ void Gateway::apply_shedding(const config::LimitsSection& lim) {
   // statement about several of them.
   auto period = std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(lim.shed_interval) / 5,
                            std::chrono::milliseconds(1), std::chrono::milliseconds(20));
-  delay_probe_ = rt_.handle().spawn(scheduling_delay_probe(shedder_, period));
+  delay_probe_ =
+      rt_.handle().spawn(scheduling_delay_probe(shedder_, period), {exec::TaskKind::kProbe, "scheduling delay"});
 }
 
 void Gateway::publish_listeners() {
@@ -171,7 +172,7 @@ std::string Gateway::bind_listener(const config::ListenerSection& l, std::shared
 }
 
 void Gateway::start_accepting(const std::shared_ptr<ListenerState>& ls) {
-  ls->accept_task = rt_.handle().spawn(accept_loop(*this, ls));
+  ls->accept_task = rt_.handle().spawn(accept_loop(*this, ls), {exec::TaskKind::kListener, ls->address});
 }
 
 void Gateway::stop_listener(const std::shared_ptr<ListenerState>& ls) {

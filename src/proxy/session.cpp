@@ -354,6 +354,7 @@ exec::Task<void> serve_connection(Gateway& gw, std::shared_ptr<ListenerState> ls
   std::shared_ptr<const Snapshot> lsnap = gw.snapshot();
   const config::ListenerSection* lcfg = lsnap->listener(ls->key);
   if (lcfg == nullptr) co_return;  // the listener was removed by a reload meanwhile
+  exec::label_current_task({exec::TaskKind::kConnection, lcfg->name + " " + peer});
   http::MessageReader reader(client, http::Parser::Mode::kRequest, parser_limits(*lcfg));
 
   for (bool first = true;; first = false) {
@@ -407,7 +408,8 @@ exec::Task<void> accept_loop(Gateway& gw, std::shared_ptr<ListenerState> ls) {
       ls->stats.rejected_max_connections.fetch_add(1, std::memory_order_relaxed);
       // Over the connection limit: a quick 503 and close, off the accept loop.
       std::shared_ptr<ListenerState> keep = ls;
-      exec::spawn_detached([s = std::move(s), lcfg, keep]() mutable -> exec::Task<void> {
+      exec::spawn_detached(
+          [s = std::move(s), lcfg, keep]() mutable -> exec::Task<void> {
         LocalReply lr;
         lr.status = 503;
         lr.close = true;
@@ -416,12 +418,13 @@ exec::Task<void> accept_loop(Gateway& gw, std::shared_ptr<ListenerState> ls) {
         co_await s.write_all(bytes, io::Deadline::after(1s));
         s.shutdown_write();
         s.close();
-      });
+      },
+          {exec::TaskKind::kConnection, "over max_connections"});
       continue;
     }
     ls->stats.connections_active.fetch_add(1, std::memory_order_relaxed);
     auto entry = gw.register_session();
-    auto handle = exec::spawn(serve_connection(gw, ls, entry, std::move(s)));
+    auto handle = exec::spawn(serve_connection(gw, ls, entry, std::move(s)), {exec::TaskKind::kConnection, {}});
     gw.attach_session_task(entry, std::move(handle));
   }
 }
