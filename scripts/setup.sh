@@ -4,7 +4,8 @@
 #   scripts/setup.sh --package  also what scripts/package.sh needs (dpkg-shlibdeps, lintian)
 #   scripts/setup.sh --test   also what the test suites need (prometheus for promtool
 #                             and the scrape test, systemd for systemd-analyze, clang for
-#                             the fuzzers, and the packaging tools: the test command
+#                             the fuzzers, chromium for the scheduler page test, and the
+#                             packaging tools: the test command
 #                             builds, installs and removes the .deb)
 set -euo pipefail
 
@@ -17,7 +18,7 @@ if [[ "${1:-}" == --test || "${1:-}" == --package ]]; then
   packages+=(dpkg-dev lintian man-db)
 fi
 if [[ "${1:-}" == --test ]]; then
-  packages+=(prometheus systemd clang-14 libclang-rt-14-dev)
+  packages+=(prometheus systemd clang-14 libclang-rt-14-dev chromium)
 fi
 
 missing=()

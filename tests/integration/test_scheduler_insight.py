@@ -73,6 +73,15 @@ class DebugTasksTest(unittest.TestCase):
                          "connection tasks gone")
         self.assertEqual(self.sg.metric("stealgate_executor_tasks", kind="connection"), 0)
 
+    def test_the_dashboard_and_the_alert_rules_use_only_exported_metrics(self):
+        root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "deploy")
+        text = open(os.path.join(root, "grafana", "stealgate.json")).read()
+        text += open(os.path.join(root, "prometheus", "stealgate-alerts.yml")).read()
+        names = {re.sub(r"_(bucket|sum|count)$", "", n) for n in re.findall(r"stealgate_[a-z0-9_]+", text)}
+        exported = set(re.findall(r"^# TYPE (\S+) ", self.sg.metrics(), re.M))
+        self.assertGreater(len(names), 15)
+        self.assertEqual(sorted(names - exported), [], "referenced but not exported")
+
     def test_busy_share_appears_after_a_second(self):
         debug_tasks(self.sg)
         time.sleep(1.1)
