@@ -16,6 +16,7 @@
 #pragma once
 
 #include <memory>
+#include <stdexcept>
 #include <type_traits>
 #include <utility>
 
@@ -176,6 +177,24 @@ auto spawn(F&& f, const TaskLabel& label = {}) {
 template <class F>
 void spawn_detached(F&& f, const TaskLabel& label = {}) {
   Handle::current().spawn_detached(std::forward<F>(f), label);
+}
+
+// Inside a task on a worker: spawns `f` pinned to the calling worker (Tokio's LocalSet /
+// spawn_local). It is queued only on this worker's pinned FIFO and never stolen, so it
+// always runs on this worker's thread and may hold state that is not thread-safe (shared
+// with other tasks pinned to the same worker). Its wake-ups from any thread come back here.
+// When the runtime stops, this worker drops its queued pinned tasks in queue order on its
+// own thread; pinned tasks still suspended then are dropped after the worker has exited
+// (their destructors run on the thread shutting the runtime down, never concurrently with
+// the worker). Throws std::logic_error outside a worker thread.
+template <class F>
+auto spawn_local(F&& f, const TaskLabel& label = {}) {
+  const ThreadContext& c = tl_ctx;
+  if (c.worker == nullptr) throw std::logic_error("exec::spawn_local outside a worker thread");
+  auto [t, out] = detail::make_task(c.scheduler, std::forward<F>(f), true, label);
+  t->pinned_to = static_cast<uint16_t>(c.worker_index + 1);
+  c.scheduler->schedule(t, ScheduleKind::kWake);
+  return JoinHandle<detail::spawn_value_t<F>>(t, out);
 }
 
 // Renames the running coroutine task (a connection task naming itself after its peer).

@@ -105,6 +105,10 @@ void Scheduler::schedule(TaskHeader* t, ScheduleKind kind) {
     t->vtable->shutdown(t);
     return;
   }
+  if (t->pinned_to != 0) {
+    workers_[t->pinned_to - 1u]->schedule_pinned(t);
+    return;
+  }
   ThreadContext& c = tl_ctx;
   if (c.scheduler == this && c.worker != nullptr) {
     c.worker->schedule_local(t, kind);

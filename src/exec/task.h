@@ -81,6 +81,9 @@ struct TaskHeader {
   std::atomic<uint32_t> state;
   uint8_t is_coroutine = 0;      // 1 for CoroTask (can suspend and be woken)
   TaskKind kind = TaskKind::kTask;
+  // Worker index + 1 for a worker-pinned task (spawn_local), 0 otherwise. Written before
+  // the task is first queued, never changed: the queueing publishes it.
+  uint16_t pinned_to = 0;
   uint64_t ready_ns = 0;         // sampled time it became runnable; 0 = not sampled
   TaskDiag* diag = nullptr;      // with RuntimeConfig::task_diagnostics (task_diag.h)
 };
@@ -93,14 +96,15 @@ enum class ScheduleKind : uint8_t {
 };
 
 // Queues `t` on its runtime; called by whoever moved the task from idle to NOTIFIED. The
-// common case (a worker of the task's own runtime) is one call into the worker; anything
-// else goes through the scheduler (scheduler.cpp).
+// common case (a worker of the task's own runtime, a task that is not pinned) is one call
+// into the worker; anything else goes through the scheduler (scheduler.cpp), which sends
+// a pinned task to its own worker's pinned queue.
 void worker_schedule_local(Worker* w, TaskHeader* t, ScheduleKind kind) noexcept;
 void schedule_task_slow(TaskHeader* t, ScheduleKind kind) noexcept;
 inline void schedule_task(TaskHeader* t, ScheduleKind kind) noexcept {
   if (t->diag != nullptr) note_runnable(t);
   const ThreadContext& c = tl_ctx;
-  if (c.scheduler == t->scheduler && c.worker != nullptr) {
+  if (c.scheduler == t->scheduler && c.worker != nullptr && t->pinned_to == 0) {
     worker_schedule_local(c.worker, t, kind);
   } else {
     schedule_task_slow(t, kind);

@@ -15,12 +15,24 @@
 // run_task() polls a task, then up to max_lifo_polls_per_tick tasks from the LIFO slot
 // (the task the previous one woke: request/response locality); past the cap the slot is
 // disabled for the tick so two tasks waking each other cannot starve the queue.
+//
+// Pinned tasks (spawn_local, Tokio's LocalSet): a task pinned to this worker is queued only
+// in its pinned FIFO, never in the LIFO slot, the run queues or the injection queue, so no
+// other worker ever polls it and it may hold state that is not thread-safe. This worker's
+// own wake-ups push to the FIFO directly; other threads push to a locked inbox and unpark
+// this worker (its parker, not the idle protocol: like an I/O completion, the work is for
+// this worker only). next_task() takes pinned tasks after the local queue (before the
+// injection queue, stealing or parking) and first once per global_queue_interval (half an
+// interval after the injection queue's turn), so a busy local queue cannot starve them. When the worker stops, it drops its queued pinned tasks itself,
+// in queue order; pinned tasks woken after that (by the runtime's shutdown) are dropped by
+// the scheduler's drains, after this thread was joined.
 #include "exec/worker.h"
 
 #include <pthread.h>
 #include <time.h>
 
 #include <algorithm>
+#include <mutex>
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
@@ -119,6 +131,7 @@ void Worker::run() {
     park();
     batch_started_ns_ = now_ns();
   }
+  drop_pinned();
   parker_.detach();
   publish_stats(now_ns());
   c = ThreadContext{};
@@ -172,6 +185,39 @@ void Worker::schedule_local_slow(TaskHeader* t, ScheduleKind kind) {
   }
 }
 
+void Worker::schedule_pinned(TaskHeader* t) {
+  if (tl_ctx.worker == this) {
+    pinned_.push(t);
+    return;
+  }
+  {
+    std::lock_guard lk(pinned_inbox_lock_);
+    pinned_inbox_.push(t);
+    // Release (and the lock): the worker that sees the flag sees the task's link.
+    pinned_inbox_nonempty_.store(true, std::memory_order_release);
+  }
+  // seq_cst in the parker: either this worker's next park sees the notification, or its
+  // has_local_work() check before parking sees the flag.
+  parker_.unpark();
+}
+
+void Worker::take_pinned_inbox() {
+  if (!pinned_inbox_nonempty_.load(std::memory_order_acquire)) return;
+  std::lock_guard lk(pinned_inbox_lock_);
+  pinned_.append(pinned_inbox_);
+  pinned_inbox_nonempty_.store(false, std::memory_order_relaxed);
+}
+
+TaskHeader* Worker::pop_pinned() {
+  if (pinned_.empty()) take_pinned_inbox();
+  return pinned_.pop();
+}
+
+void Worker::drop_pinned() {
+  take_pinned_inbox();
+  while (TaskHeader* t = pinned_.pop()) t->vtable->shutdown(t);
+}
+
 TaskHeader* Worker::next_local_task() {
   if (TaskHeader* t = lifo_) {
     lifo_ = nullptr;
@@ -197,6 +243,10 @@ TaskHeader* Worker::next_task() {
     }
     return next_local_task();
   }
+  // The pinned FIFO's own fairness turn, half an interval after the injection queue's.
+  if (tick_ % global_queue_interval_ == global_queue_interval_ / 2) {
+    if (TaskHeader* t = pop_pinned()) return t;
+  }
   if (priority_maybe_ &&
       (priority_streak_ < kMaxPriorityStreak || (lifo_ == nullptr && !run_queue_.has_tasks()))) {
     if (TaskHeader* t = pop_priority()) {
@@ -207,6 +257,7 @@ TaskHeader* Worker::next_task() {
   priority_streak_ = 0;
   if (TaskHeader* t = next_local_task()) return t;
   if (TaskHeader* t = pop_priority()) return t;  // streak cap hit, nothing else local
+  if (TaskHeader* t = pop_pinned()) return t;
   if (inject.is_empty()) return nullptr;
 
   // Local queue empty: take our share of the injection queue in one lock acquisition,

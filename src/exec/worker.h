@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -12,6 +13,7 @@
 #include "exec/local_queue.h"
 #include "exec/parker.h"
 #include "exec/poll_log.h"
+#include "exec/spin_lock.h"
 #include "exec/stats.h"
 #include "exec/task.h"
 
@@ -30,6 +32,8 @@ class Worker {
 
   // Queues a task from this worker's own thread (spawn, wake, yield, driver completion).
   void schedule_local(TaskHeader* t, ScheduleKind kind);
+  // Queues a task pinned to this worker, from any thread (see "Pinned tasks" in worker.cpp).
+  void schedule_pinned(TaskHeader* t);
 
   Parker& parker() { return parker_; }
   const Stealer<TaskHeader>& stealer() const { return stealer_; }
@@ -47,6 +51,8 @@ class Worker {
     }
     while (TaskHeader* t = priority_queue_.pop()) drop(t);
     while (TaskHeader* t = run_queue_.pop()) drop(t);
+    take_pinned_inbox();
+    while (TaskHeader* t = pinned_.pop()) drop(t);
   }
 
  private:
@@ -75,7 +81,41 @@ class Worker {
   void push_back(TaskHeader* t);
   uint32_t driver_budget() const;
   [[gnu::noinline]] void schedule_local_slow(TaskHeader* t, ScheduleKind kind);
-  bool has_local_work() const { return lifo_ != nullptr || priority_queue_.has_tasks() || run_queue_.has_tasks(); }
+  bool has_local_work() const {
+    return lifo_ != nullptr || priority_queue_.has_tasks() || run_queue_.has_tasks() || !pinned_.empty() ||
+           pinned_inbox_nonempty_.load(std::memory_order_acquire);
+  }
+  TaskHeader* pop_pinned();
+  void take_pinned_inbox();
+  void drop_pinned();
+
+  // A FIFO of tasks linked through TaskHeader::next.
+  struct TaskFifo {
+    TaskHeader* head = nullptr;
+    TaskHeader* tail = nullptr;
+    bool empty() const { return head == nullptr; }
+    void push(TaskHeader* t) {
+      t->next = nullptr;
+      if (tail != nullptr) tail->next = t;
+      else head = t;
+      tail = t;
+    }
+    void append(TaskFifo& o) {
+      if (o.head == nullptr) return;
+      if (tail != nullptr) tail->next = o.head;
+      else head = o.head;
+      tail = o.tail;
+      o.head = o.tail = nullptr;
+    }
+    TaskHeader* pop() {
+      TaskHeader* t = head;
+      if (t == nullptr) return nullptr;
+      head = t->next;
+      if (head == nullptr) tail = nullptr;
+      t->next = nullptr;
+      return t;
+    }
+  };
 
   Scheduler* const scheduler_;
   const std::size_t index_;
@@ -87,6 +127,8 @@ class Worker {
   // requests). Same ring and protocol as run_queue_ (stealable); polled before it, at most
   // kMaxPriorityStreak times in a row while ordinary work waits.
   LocalQueue<TaskHeader> priority_queue_;
+  // Pinned tasks queued by this worker (never stolen, see worker.cpp).
+  TaskFifo pinned_;
   uint32_t priority_streak_ = 0;
   // False only when the priority ring is known empty: only this worker pushes into it, so
   // the hot path skips the ring's atomics while no admitted work is around.
@@ -112,6 +154,11 @@ class Worker {
   Stealer<TaskHeader> stealer_;
   Stealer<TaskHeader> priority_stealer_;
   Parker parker_;
+  // Pinned tasks queued by other threads: under pinned_inbox_lock_; the flag says it may
+  // be non-empty (set under the lock, cleared by this worker under it).
+  SpinLock pinned_inbox_lock_;
+  TaskFifo pinned_inbox_;
+  std::atomic<bool> pinned_inbox_nonempty_{false};
   PublishedWorkerStats published_;
   SlowPollLog slow_polls_;
   pthread_t thread_{};
