@@ -106,6 +106,16 @@ class Handle {
     s_->schedule(t, ScheduleKind::kWake);
   }
 
+  // Spawns `f` pinned to worker `worker` (modulo the worker count), from any thread: see
+  // spawn_local, which pins to the calling worker.
+  template <class F>
+  JoinHandle<detail::spawn_value_t<F>> spawn_pinned(std::size_t worker, F&& f, const TaskLabel& label = {}) const {
+    auto [t, out] = detail::make_task(s_, std::forward<F>(f), true, label);
+    t->pinned_to = static_cast<uint16_t>(worker % s_->num_workers() + 1);
+    s_->schedule(t, ScheduleKind::kWake);
+    return JoinHandle<detail::spawn_value_t<F>>(t, out);
+  }
+
   // Runs a blocking callable on the blocking pool, never on a worker.
   template <class F>
   JoinHandle<std::invoke_result_t<std::decay_t<F>&>> spawn_blocking(F&& f, std::string_view name = {}) const {
@@ -191,10 +201,7 @@ template <class F>
 auto spawn_local(F&& f, const TaskLabel& label = {}) {
   const ThreadContext& c = tl_ctx;
   if (c.worker == nullptr) throw std::logic_error("exec::spawn_local outside a worker thread");
-  auto [t, out] = detail::make_task(c.scheduler, std::forward<F>(f), true, label);
-  t->pinned_to = static_cast<uint16_t>(c.worker_index + 1);
-  c.scheduler->schedule(t, ScheduleKind::kWake);
-  return JoinHandle<detail::spawn_value_t<F>>(t, out);
+  return Handle(c.scheduler).spawn_pinned(c.worker_index, std::forward<F>(f), label);
 }
 
 // Renames the running coroutine task (a connection task naming itself after its peer).

@@ -33,9 +33,10 @@ enum class TaskKind : uint8_t {
   kHealthCheck,  // an upstream endpoint's health-check loop
   kAdmin,        // the admin endpoint
   kProbe,        // a periodic measurement (the scheduling-delay probe)
+  kMaintenance,  // periodic housekeeping (a worker's upstream pool reaper)
   kBlocking,     // a closure on the blocking pool
 };
-inline constexpr std::size_t kTaskKinds = 8;
+inline constexpr std::size_t kTaskKinds = 9;
 const char* task_kind_name(TaskKind k) noexcept;
 
 // Who queued a task for its next poll.

@@ -23,6 +23,7 @@ const char* task_kind_name(TaskKind k) noexcept {
     case TaskKind::kHealthCheck: return "health_check";
     case TaskKind::kAdmin: return "admin";
     case TaskKind::kProbe: return "probe";
+    case TaskKind::kMaintenance: return "maintenance";
     case TaskKind::kBlocking: return "blocking";
   }
   return "task";

@@ -254,8 +254,9 @@ void gateway_families(Families& fs, proxy::Gateway& gw) {
   auto& up_active = fs.family("stealgate_upstream_requests_active", "Requests in flight, by cluster.", MetricType::Gauge);
   auto& up_conns = fs.family("stealgate_upstream_connections", "Upstream connections by state.", MetricType::Gauge);
   auto& up_stale = fs.family("stealgate_upstream_stale_connections_total",
-                             "Pooled connections the upstream had closed: found by the liveness check (not "
-                             "used), or after sending (the request was replayed on a new connection).",
+                             "Pooled connections the upstream had closed: found by the liveness check (check: "
+                             "not used), by the worker's pool reaper while idle (reap), or after sending "
+                             "(replay: the request was replayed on a new connection).",
                              MetricType::Counter);
   auto& up_head = fs.family("stealgate_upstream_response_head_seconds",
                             "Time from sending a request upstream to receiving its response head.",
@@ -274,17 +275,19 @@ void gateway_families(Families& fs, proxy::Gateway& gw) {
       Families::add(up_none, lb, static_cast<double>(s.no_healthy_endpoint.load()));
       Families::add(up_active, lb, static_cast<double>(s.active.load()));
       add_histogram(up_head, lb, s.response_head_time);
-      double idle = 0, active = 0, stale_checked = 0;
+      double idle = 0, active = 0, stale_checked = 0, stale_reaped = 0;
       int64_t now = upstream::steady_now_ms();
       for (const auto& e : c->endpoints()) {
         idle += static_cast<double>(e->pool().idle());
         stale_checked += static_cast<double>(e->pool().stale());
+        stale_reaped += static_cast<double>(e->pool().reaped_stale());
         active += static_cast<double>(e->active.load());
         Families::add(ep_healthy, {{"cluster", c->name()}, {"endpoint", e->name()}}, e->available(now) ? 1 : 0);
       }
       Families::add(up_conns, {{"cluster", c->name()}, {"state", "idle"}}, idle);
       Families::add(up_conns, {{"cluster", c->name()}, {"state", "active"}}, active);
       Families::add(up_stale, {{"cluster", c->name()}, {"detected", "check"}}, stale_checked);
+      Families::add(up_stale, {{"cluster", c->name()}, {"detected", "reap"}}, stale_reaped);
       Families::add(up_stale, {{"cluster", c->name()}, {"detected", "replay"}},
                     static_cast<double>(s.stale_replays.load()));
     }

@@ -30,6 +30,8 @@ Gateway::~Gateway() {
     delay_probe_.cancel();
     delay_probe_.wait();
   }
+  for (auto& r : pool_reapers_) r.cancel();
+  for (auto& r : pool_reapers_) r.wait();
 }
 
 namespace {
@@ -46,7 +48,32 @@ exec::Task<void> scheduling_delay_probe(LoadShedder& shedder, std::chrono::milli
   }
 }
 
+// How often a worker's pool reaper looks at its idle upstream connections. Idle timeouts
+// are seconds to minutes; a connection the upstream closed holds a descriptor at most this
+// much longer.
+constexpr std::chrono::seconds kPoolReapInterval{1};
+
+// Runs pinned to one worker: only that worker's thread touches its idle lists.
+exec::Task<void> pool_reaper(Gateway& gw) {
+  for (;;) {
+    co_await io::sleep_for(kPoolReapInterval);
+    std::shared_ptr<const Snapshot> snap = gw.snapshot();
+    if (!snap) continue;
+    for (const auto& c : snap->clusters) {
+      for (const auto& e : c->endpoints()) e->pool().reap();
+    }
+  }
+}
+
 }  // namespace
+
+void Gateway::start_pool_reapers() {
+  const std::size_t n = rt_.exec().config().worker_threads;
+  for (std::size_t w = 0; w < n; ++w) {
+    pool_reapers_.push_back(rt_.exec().handle().spawn_pinned(
+        w, pool_reaper(*this), {exec::TaskKind::kMaintenance, "pool reaper " + std::to_string(w)}));
+  }
+}
 
 void Gateway::apply_shedding(const config::LimitsSection& lim) {
   shedder_.configure(lim.shed_target, lim.shed_interval);
@@ -85,7 +112,7 @@ std::string Gateway::build_snapshot(std::shared_ptr<const config::Config> cfg, s
       }
     }
     std::string err;
-    auto built = upstream::Cluster::build(c, old, err);
+    auto built = upstream::Cluster::build(c, old, rt_.exec().config().worker_threads, err);
     if (!built.ok()) return err;
     snap->clusters.push_back(std::move(*built));
   }
@@ -207,6 +234,7 @@ std::string Gateway::start(std::shared_ptr<const config::Config> cfg) {
   publish_listeners();
   health_.start(snap->clusters);
   apply_shedding(cfg->limits);
+  start_pool_reapers();
   ready_.store(true, std::memory_order_release);
   return "";
 }

@@ -138,6 +138,10 @@ class Gateway {
   GatewayStats stats_;
   LoadShedder shedder_;
   exec::JoinHandle<void> delay_probe_;  // samples scheduling delay while shedding is on
+  // One per worker, pinned to it: closes that worker's expired or upstream-closed idle
+  // upstream connections (upstream/conn_pool.h).
+  std::vector<exec::JoinHandle<void>> pool_reapers_;
+  void start_pool_reapers();
 
   mutable std::mutex control_mu_;  // start/reload/drain (control thread operations)
   std::map<std::string, std::shared_ptr<ListenerState>> listeners_;  // by listener_key

@@ -51,9 +51,9 @@ Cluster::Cluster(config::ClusterSection cfg, std::vector<std::shared_ptr<Endpoin
 }
 
 Result<std::shared_ptr<Cluster>> Cluster::build(const config::ClusterSection& cfg, const Cluster* previous,
-                                                std::string& error) {
+                                                std::size_t workers, std::string& error) {
   std::vector<std::shared_ptr<Endpoint>> eps;
-  PoolOptions pool{cfg.max_idle_per_endpoint, cfg.idle_timeout};
+  PoolOptions pool{cfg.max_idle_per_endpoint, cfg.idle_timeout, workers};
   for (const auto& e : cfg.endpoints) {
     auto addr = resolve(e.address, error);
     if (!addr.ok()) {

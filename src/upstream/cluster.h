@@ -36,9 +36,10 @@ struct ClusterStats {
 class Cluster {
  public:
   // Resolves endpoint names (blocking getaddrinfo: call it off the workers) and builds the
-  // balancer. `previous` donates unchanged endpoints. Errors name the endpoint.
+  // balancer. `previous` donates unchanged endpoints. `workers`: the runtime's worker
+  // threads (each endpoint's pool keeps an idle list per worker). Errors name the endpoint.
   static Result<std::shared_ptr<Cluster>> build(const config::ClusterSection& cfg, const Cluster* previous,
-                                                std::string& error);
+                                                std::size_t workers, std::string& error);
 
   const std::string& name() const { return cfg_.name; }
   const config::ClusterSection& config() const { return cfg_; }

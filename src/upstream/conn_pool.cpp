@@ -1,17 +1,32 @@
 #include "upstream/conn_pool.h"
 
+#include <algorithm>
+
+#include "exec/context.h"
+
 namespace sg::upstream {
 
+ConnPool::ConnPool(PoolOptions opts)
+    : opts_(opts),
+      per_worker_max_(opts.workers == 0 ? opts.max_idle : (opts.max_idle + opts.workers - 1) / opts.workers),
+      slots_(std::make_unique<Slot[]>(std::max<std::size_t>(opts.workers, 1))) {
+  opts_.workers = std::max<std::size_t>(opts.workers, 1);
+}
+
+ConnPool::Slot* ConnPool::own_slot() const {
+  const exec::ThreadContext& c = exec::tl_ctx;
+  if (c.worker == nullptr || c.worker_index >= opts_.workers) return nullptr;
+  return &slots_[c.worker_index];
+}
+
 std::optional<io::TcpStream> ConnPool::acquire(bool replayable) {
+  Slot* slot = own_slot();
+  if (slot == nullptr) return std::nullopt;
   auto now = exec::tick_now();
-  for (;;) {
-    Idle got;
-    {
-      std::lock_guard lk(mu_);
-      if (idle_.empty()) return std::nullopt;
-      got = std::move(idle_.back());
-      idle_.pop_back();
-    }
+  while (!slot->idle.empty()) {
+    Idle got = std::move(slot->idle.back());
+    slot->idle.pop_back();
+    slot->count.store(slot->idle.size(), std::memory_order_relaxed);
     // Too old, or closed/reset by the upstream while idle, or it sent unsolicited bytes
     // (say a 408 before closing, which would pass for the next request's response): never
     // reuse it.
@@ -28,48 +43,45 @@ std::optional<io::TcpStream> ConnPool::acquire(bool replayable) {
     }
     return std::move(got.stream);
   }
+  return std::nullopt;
 }
 
 void ConnPool::release(io::TcpStream s) {
-  if (opts_.max_idle == 0 || !s.is_open()) {
+  Slot* slot = own_slot();
+  if (slot == nullptr || opts_.max_idle == 0 || !s.is_open() || slot->idle.size() >= per_worker_max_) {
     s.close();
     return;
   }
-  std::unique_lock lk(mu_);
-  if (idle_.size() >= opts_.max_idle) {
-    lk.unlock();
-    s.close();
-    return;
-  }
-  idle_.push_back({std::move(s), exec::tick_now()});
+  slot->idle.push_back({std::move(s), exec::tick_now()});
+  slot->count.store(slot->idle.size(), std::memory_order_relaxed);
 }
 
 std::size_t ConnPool::reap() {
-  auto now = exec::tick_now();
-  std::deque<Idle> expired;
-  {
-    std::lock_guard lk(mu_);
-    while (!idle_.empty() && now - idle_.front().since >= opts_.idle_timeout) {
-      expired.push_back(std::move(idle_.front()));
-      idle_.pop_front();
+  Slot* slot = own_slot();
+  if (slot == nullptr) return 0;
+  const auto now = exec::tick_now();
+  std::size_t closed = 0;
+  for (auto it = slot->idle.begin(); it != slot->idle.end();) {
+    // Expired, or closed by the upstream (EOF or bytes nobody asked for): a socket nobody
+    // will reuse should not hold a file descriptor until the next acquire finds it.
+    const bool expired = now - it->since >= opts_.idle_timeout;
+    if (expired || !it->stream.silent()) {
+      if (!expired) reaped_stale_.fetch_add(1, std::memory_order_relaxed);
+      it->stream.close();
+      it = slot->idle.erase(it);
+      ++closed;
+    } else {
+      ++it;
     }
   }
-  for (auto& e : expired) e.stream.close();
-  return expired.size();
-}
-
-void ConnPool::clear() {
-  std::deque<Idle> all;
-  {
-    std::lock_guard lk(mu_);
-    all.swap(idle_);
-  }
-  for (auto& e : all) e.stream.close();
+  slot->count.store(slot->idle.size(), std::memory_order_relaxed);
+  return closed;
 }
 
 std::size_t ConnPool::idle() const {
-  std::lock_guard lk(mu_);
-  return idle_.size();
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < opts_.workers; ++i) n += slots_[i].count.load(std::memory_order_relaxed);
+  return n;
 }
 
 }  // namespace sg::upstream

@@ -1,8 +1,15 @@
-// Keep-alive connections to one endpoint. acquire() hands out the most recently used idle
-// connection that is still healthy (not idle too long, and, where it matters, not closed
-// by the upstream); release() takes back only connections whose last exchange was cleanly
-// framed (the caller decides). A mutex per endpoint guards the idle list: held for a few
-// pointer moves, never across I/O.
+// Keep-alive connections to one endpoint, one idle list per worker. acquire() hands out the
+// calling worker's most recently used idle connection that is still healthy (not idle too
+// long, and, where it matters, not closed by the upstream); release() takes back only
+// connections whose last exchange was cleanly framed (the caller decides).
+//
+// Per worker, without a lock: a worker's list is touched only by code running on that
+// worker's thread (a request's task between two suspensions, and the worker's pinned
+// reaper, Gateway::start_pool_reapers), so no two threads ever meet on it. Metrics read
+// only the per-worker atomic counts. A connection released on a worker is reused there:
+// on io_uring its operations stay on that worker's ring. Code off the runtime's workers
+// neither takes nor keeps connections. max_idle bounds each worker's list at
+// ceil(max_idle / workers).
 //
 // The liveness check is a MSG_PEEK recv (a syscall, ~4% of a small proxied request). It
 // is skipped for a connection that came back less than kCheckAfter ago when the request
@@ -18,7 +25,7 @@
 #include <cstdint>
 #include <cstddef>
 #include <deque>
-#include <mutex>
+#include <memory>
 #include <optional>
 
 #include "io/tcp.h"
@@ -28,11 +35,12 @@ namespace sg::upstream {
 struct PoolOptions {
   std::size_t max_idle = 256;
   std::chrono::milliseconds idle_timeout{60'000};
+  std::size_t workers = 1;  // the runtime's worker threads: one idle list each
 };
 
 class ConnPool {
  public:
-  explicit ConnPool(PoolOptions opts) : opts_(opts) {}
+  explicit ConnPool(PoolOptions opts);
 
   static constexpr std::chrono::milliseconds kCheckAfter{1000};
 
@@ -40,13 +48,15 @@ class ConnPool {
   // out to have been closed by the upstream before it answered.
   std::optional<io::TcpStream> acquire(bool replayable);
   void release(io::TcpStream s);
-  // Closes idle connections older than the idle timeout; returns how many.
+  // Closes the calling worker's idle connections that are older than the idle timeout or
+  // that the upstream closed meanwhile; returns how many.
   std::size_t reap();
-  void clear();
 
   std::size_t idle() const;
   // Idle connections the liveness check found closed, reset or not silent (never reused).
   uint64_t stale() const { return stale_.load(std::memory_order_relaxed); }
+  // Idle connections reap() found closed by the upstream before any request needed them.
+  uint64_t reaped_stale() const { return reaped_stale_.load(std::memory_order_relaxed); }
   const PoolOptions& options() const { return opts_; }
 
  private:
@@ -54,10 +64,17 @@ class ConnPool {
     io::TcpStream stream;
     std::chrono::steady_clock::time_point since;
   };
+  struct alignas(64) Slot {
+    std::deque<Idle> idle;           // back = most recently released; its worker only
+    std::atomic<std::size_t> count{0};  // idle.size(), for readers on other threads
+  };
+  Slot* own_slot() const;
+
   PoolOptions opts_;
-  mutable std::mutex mu_;
-  std::deque<Idle> idle_;  // back = most recently released
+  std::size_t per_worker_max_;
+  std::unique_ptr<Slot[]> slots_;
   std::atomic<uint64_t> stale_{0};
+  std::atomic<uint64_t> reaped_stale_{0};
 };
 
 }  // namespace sg::upstream

@@ -181,7 +181,7 @@ class ProxyTest(unittest.TestCase):
             return self.sg.metric("stealgate_upstream_stale_connections_total", cluster="app", detected=detected)
         for path, method, body, pause in cases:
             with self.subTest(path=path, method=method, pause=pause):
-                before = {d: stale(d) for d in ("check", "replay")}
+                before = {d: stale(d) for d in ("check", "replay", "reap")}
                 c = self.client()
                 first = c.request("GET", path + "?ms=20")
                 self.assertEqual(first.status, 200)
@@ -191,11 +191,30 @@ class ProxyTest(unittest.TestCase):
                 self.assertEqual(r.json()["method"], method)
                 self.assertEqual(r.json()["body"], body.decode())
                 self.assertNotEqual(r.json()["conn"], first.json()["conn"], "served on the dead connection?")
-                # Which way the dead connection was found: checked when the request could not
-                # be replayed or the connection idled a second, otherwise after sending.
-                checked = method == "POST" or pause >= 1
-                self.assertEqual(stale("check") - before["check"], 1 if checked else 0)
-                self.assertEqual(stale("replay") - before["replay"], 0 if checked else 1)
+                # Which way the dead connection was found: by its worker's pool reaper (once a
+                # second) if it looked first; else checked when the request could not be
+                # replayed or the connection idled a second, otherwise after sending.
+                found = {d: stale(d) - before[d] for d in before}
+                self.assertEqual(sum(found.values()), 1, found)
+                if found["reap"] == 0:
+                    checked = method == "POST" or pause >= 1
+                    self.assertEqual(found["check"], 1 if checked else 0, found)
+                    self.assertEqual(found["replay"], 0 if checked else 1, found)
+
+    def test_a_pooled_connection_the_upstream_closes_is_let_go_without_a_request(self):
+        # Each worker's pinned pool reaper looks at its idle connections once a second: one
+        # the upstream closed is closed here too, instead of holding a descriptor until a
+        # request finds it dead.
+        def reaped():
+            return self.sg.metric("stealgate_upstream_stale_connections_total", cluster="app", detected="reap")
+        def idle():
+            return self.sg.metric("stealgate_upstream_connections", cluster="app", state="idle")
+        before, idle_before = reaped(), idle()
+        c = self.client()
+        self.assertEqual(c.request("GET", "/then-close?ms=20").status, 200)
+        self.sg.wait_for(lambda: reaped() == before + 1, 5, "the closed pooled connection reaped")
+        self.assertLessEqual(idle(), idle_before)
+        c.close()
 
     def test_http10_client_gets_connection_close(self):
         c = self.client()
