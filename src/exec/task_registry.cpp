@@ -55,7 +55,7 @@ namespace {
 
 void copy_name(TaskDiag* d, std::string_view name) noexcept {
   std::size_t n = std::min(name.size(), kTaskNameMax - 1);
-  std::memcpy(d->name, name.data(), n);
+  if (n != 0) std::memcpy(d->name, name.data(), n);  // an empty view may have no data()
   d->name[n] = '\0';
 }
 
