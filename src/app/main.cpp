@@ -64,6 +64,7 @@ exec::RuntimeConfig runtime_config(const config::RuntimeSection& r) {
   c.max_lifo_polls_per_tick = r.max_lifo_polls_per_tick;
   c.max_blocking_threads = r.max_blocking_threads;
   c.task_diagnostics = r.task_diagnostics;
+  c.poll_timing = true;  // long polls are logged and exported in every deployment
   c.long_poll_threshold = r.long_poll_threshold;
   c.on_long_poll = &log_long_poll;
   return c;

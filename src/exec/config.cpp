@@ -47,6 +47,7 @@ RuntimeConfig resolve(RuntimeConfig cfg) {
   cfg.max_blocking_threads = std::max<std::size_t>(cfg.max_blocking_threads, 1);
   cfg.max_io_events_per_tick = std::max(cfg.max_io_events_per_tick, 1u);
   cfg.thread_stack_size = std::max<std::size_t>(cfg.thread_stack_size, 64u << 10);
+  if (cfg.task_diagnostics) cfg.poll_timing = true;  // a record's busy and queued times are poll times
   return cfg;
 }
 

@@ -3,7 +3,9 @@
 // Stats::submit), so counting costs an increment and readers never touch the hot path.
 #pragma once
 
+#include <algorithm>
 #include <array>
+#include <bit>
 #include <atomic>
 #include <cstdint>
 #include <vector>
@@ -22,12 +24,9 @@ struct DelayHistogram {
   uint64_t sum_ns = 0;
 
   void record(uint64_t ns) {
-    std::size_t b = 0;
-    uint64_t v = ns >> kDelayFirstShift;
-    while (v != 0 && b + 1 < kDelayBuckets) {
-      v >>= 1;
-      ++b;
-    }
+    // The bucket is the bit width of ns >> 10 (0 below 1.02 us), capped at the last one.
+    const auto b = std::min<std::size_t>(static_cast<std::size_t>(std::bit_width(ns >> kDelayFirstShift)),
+                                         kDelayBuckets - 1);
     ++buckets[b];
     ++count;
     sum_ns += ns;

@@ -68,6 +68,7 @@ Worker::Worker(Scheduler* scheduler, std::size_t index)
       lifo_enabled_(cfg_.lifo_slot),
       global_queue_interval_(cfg_.global_queue_interval),
       rand_(static_cast<uint32_t>(0x9E3779B9u * (index + 1))),
+      time_polls_(cfg_.poll_timing),
       long_poll_ns_(static_cast<uint64_t>(cfg_.long_poll_threshold.count())),
       stealer_(run_queue_.stealer()),
       priority_stealer_(priority_queue_.stealer()),
@@ -317,16 +318,22 @@ void note_poll_end(TaskDiag* d, uint64_t took, std::size_t worker) {
 
 }  // namespace
 
-// Polls `t` from `start` (a clock reading just taken) and returns the reading at its end:
-// every poll is timed (poll-time histogram, long polls), and a chain of polls reads the
-// clock once per poll. The start reading is also the poll's tick_now.
+// With poll timing, polls `t` from `start` (a clock reading just taken) and returns the
+// reading at its end: the poll-time histogram, long polls and the slowest-polls log, and a
+// chain of polls reads the clock once per poll; the start reading is also the poll's
+// tick_now. Without it, `start` is 0 and so is the result.
 uint64_t Worker::poll_task(TaskHeader* t, uint64_t start) {
   if (t->ready_ns != 0) {
-    counters_.sched_delay.record(start > t->ready_ns ? start - t->ready_ns : 0);
+    const uint64_t now = start != 0 ? start : now_ns();
+    counters_.sched_delay.record(now > t->ready_ns ? now - t->ready_ns : 0);
     t->ready_ns = 0;
   }
   ++counters_.polls;
   ++batch_polls_;
+  if (!time_polls_) {
+    poll_untimed(t);
+    return 0;
+  }
   const TaskKind kind = t->kind;
   TaskDiag* const d = t->diag;
   if (d != nullptr) {
@@ -351,6 +358,15 @@ uint64_t Worker::poll_task(TaskHeader* t, uint64_t start) {
   }
   if (d != nullptr) task_ref_dec(t);
   return end;
+}
+
+void Worker::poll_untimed(TaskHeader* t) {
+  ThreadContext& c = tl_ctx;
+  c.budget = cfg_.coop_budget;
+  c.budget_active = true;
+  c.tick_now_valid = false;  // read lazily, once, if the poll needs the time
+  t->vtable->poll(t);
+  c.budget_active = false;
 }
 
 void Worker::note_slow_poll(TaskKind kind, const TaskDiag* d, uint64_t took, uint64_t end) {
@@ -378,7 +394,7 @@ void Worker::run_task(TaskHeader* t) {
     is_searching_ = false;
     if (scheduler_->idle().transition_worker_from_searching()) scheduler_->notify_parked();
   }
-  run_lifo_chain(poll_task(t, now_ns()));
+  run_lifo_chain(poll_task(t, time_polls_ ? now_ns() : 0));
 }
 
 void Worker::run_lifo_chain(uint64_t now) {

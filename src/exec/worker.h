@@ -66,6 +66,7 @@ class Worker {
   void run_task(TaskHeader* t);
   void run_lifo_chain(uint64_t now);
   uint64_t poll_task(TaskHeader* t, uint64_t start);
+  void poll_untimed(TaskHeader* t);
   [[gnu::noinline]] void note_slow_poll(TaskKind kind, const TaskDiag* d, uint64_t took, uint64_t end);
 
   void park();
@@ -147,6 +148,7 @@ class Worker {
   uint64_t batch_started_ns_ = 0;
   uint64_t batch_polls_ = 0;
   double poll_time_ewma_ns_ = 0;
+  const bool time_polls_;  // RuntimeConfig::poll_timing
   const uint64_t long_poll_ns_;
   LongPollLimiter long_poll_limiter_;
 

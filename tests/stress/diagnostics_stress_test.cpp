@@ -40,6 +40,7 @@ Task<void> ping(Notify& mine, Notify& theirs, int rounds, std::atomic<int>& done
 TEST(DiagnosticsStress, RecordsStayWholeWhileTasksComeAndGo) {
   RuntimeConfig cfg;
   cfg.worker_threads = 4;
+  cfg.task_diagnostics = true;
   Runtime rt(cfg);
   Scheduler* s = rt.handle().scheduler();
   constexpr int kPairs = 200, kRounds = 300, kRemote = 2000;

@@ -21,7 +21,13 @@ namespace {
 
 using namespace std::chrono_literals;
 using sg::testing::eventually;
-using sg::testing::workers;
+
+// The library's default has no task records; these tests are about them.
+RuntimeConfig workers(std::size_t n) {
+  RuntimeConfig c = sg::testing::workers(n);
+  c.task_diagnostics = true;
+  return c;
+}
 
 std::optional<TaskInfo> find_task(Runtime& rt, std::string_view name) {
   for (auto& t : rt.handle().scheduler()->tasks().snapshot(now_ns())) {
@@ -156,9 +162,10 @@ TEST(TaskDiagnostics, LongNamesAreTruncated) {
   h.wait();
 }
 
-TEST(TaskDiagnostics, OffMeansNoRecordsButKindsStay) {
+TEST(TaskDiagnostics, RecordsOffMeansNoRecordsButKindsStay) {
   RuntimeConfig cfg = workers(1);
   cfg.task_diagnostics = false;
+  cfg.poll_timing = true;  // as the gateway runs
   Runtime rt(cfg);
   Notify go;
   auto h = rt.spawn(
@@ -225,6 +232,14 @@ TEST(TaskDiagnostics, SlowestPollsKeepTheSlowestWithTheirNames) {
   EXPECT_GE(slow.front().duration_ns, 3'000'000u);
   EXPECT_TRUE(std::is_sorted(slow.begin(), slow.end(),
                              [](const SlowPoll& a, const SlowPoll& b) { return a.duration_ns > b.duration_ns; }));
+}
+
+TEST(TaskDiagnostics, WithoutPollTimingNothingIsTimed) {
+  Runtime rt(sg::testing::workers(1));  // the library's defaults
+  rt.spawn([] { spin_for(3ms); }).wait();
+  ASSERT_TRUE(eventually([&] { return rt.stats().total().polls >= 1; }));
+  EXPECT_EQ(rt.stats().total().poll_time.count, 0u);
+  EXPECT_TRUE(rt.handle().scheduler()->slow_polls().empty());
 }
 
 TEST(TaskDiagnostics, ThePollTimeHistogramCountsEveryPoll) {

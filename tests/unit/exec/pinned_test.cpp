@@ -190,7 +190,9 @@ TEST(PinnedTasks, ShutdownDropsQueuedPinnedTasksInQueueOrder) {
 }
 
 TEST(PinnedTasks, TheyShowInDiagnosticsWithTheirWorker) {
-  Runtime rt(workers(2));
+  RuntimeConfig cfg = workers(2);
+  cfg.task_diagnostics = true;
+  Runtime rt(cfg);
   Notify go;
   std::atomic<std::size_t> home{0};
   auto h = rt.spawn([&]() -> Task<void> {
