@@ -98,11 +98,6 @@ void label_current_task(const TaskLabel& label) noexcept {
 
 TaskRegistry::TaskRegistry(std::size_t shards) : shards_(std::make_unique<Shard[]>(shards)), n_(shards) {}
 
-TaskRegistry::~TaskRegistry() {
-  // Records still linked belong to tasks that outlive the runtime (a zombie scheduler
-  // keeps the registry alive for them), so this runs only once every task is gone.
-}
-
 TaskDiag* TaskRegistry::attach(TaskHeader* t, const TaskLabel& label, std::size_t shard, uint64_t now) {
   auto* d = new TaskDiag();
   d->task = t;

@@ -43,8 +43,9 @@ const char* task_state_name(TaskInfo::State s) noexcept;
 
 class TaskRegistry {
  public:
+  // Records still linked belong to tasks that outlive the runtime; a zombie scheduler
+  // (Scheduler::release) keeps the registry alive for them.
   explicit TaskRegistry(std::size_t shards);
-  ~TaskRegistry();
   TaskRegistry(const TaskRegistry&) = delete;
   TaskRegistry& operator=(const TaskRegistry&) = delete;
 

@@ -14,6 +14,7 @@
 #include "exec/runtime.h"
 #include "exec/timers.h"
 #include "../../support/eventually.h"
+#include "../../support/spin.h"
 #include "../../support/workers.h"
 
 namespace sg::exec {
@@ -36,11 +37,7 @@ std::optional<TaskInfo> find_task(Runtime& rt, std::string_view name) {
   return std::nullopt;
 }
 
-void spin_for(std::chrono::nanoseconds d) {
-  const auto until = std::chrono::steady_clock::now() + d;
-  while (std::chrono::steady_clock::now() < until) {
-  }
-}
+using sg::testing::spin_for;
 
 TEST(TaskDiagnostics, ALabelledTaskIsListedWhileItLivesAndGoneAfter) {
   Runtime rt(workers(2));

@@ -16,6 +16,7 @@
 #include "exec/runtime.h"
 #include "exec/timers.h"
 #include "../../support/eventually.h"
+#include "../../support/spin.h"
 #include "../../support/workers.h"
 
 namespace sg::exec {
@@ -27,11 +28,7 @@ using sg::testing::workers;
 
 std::size_t current_worker() { return tl_ctx.worker_index; }
 
-void spin_for(std::chrono::microseconds d) {
-  const auto until = std::chrono::steady_clock::now() + d;
-  while (std::chrono::steady_clock::now() < until) {
-  }
-}
+using sg::testing::spin_for;
 
 // Spawns 64 tasks from one task, each polled 50 times with 20 us of work per poll, and
 // counts the polls that ran on another worker than the spawner's.
