@@ -12,7 +12,7 @@ set -euo pipefail
 packages=(
   meson ninja-build pkg-config g++ python3
   libasio-dev node-llhttp libspdlog-dev libfmt-dev libyaml-cpp-dev prometheus-cpp-dev
-  libsystemd-dev liburing-dev libgtest-dev libgmock-dev libbenchmark-dev curl
+  libsystemd-dev liburing-dev libssl-dev openssl libgtest-dev libgmock-dev libbenchmark-dev curl
 )
 if [[ "${1:-}" == --test || "${1:-}" == --package ]]; then
   packages+=(dpkg-dev lintian man-db)

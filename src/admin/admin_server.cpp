@@ -59,7 +59,7 @@ std::string respond(int status, std::string body, std::string type, bool head) {
   return out;
 }
 
-exec::Task<void> serve_admin(proxy::Gateway& gw, io::TcpStream s) {
+exec::Task<void> serve_admin(proxy::Gateway& gw, io::Stream s) {
   http::ParserLimits lim;
   http::MessageReader reader(s, http::Parser::Mode::kRequest, lim);
   for (;;) {
@@ -94,7 +94,7 @@ exec::Task<void> admin_accept(proxy::Gateway& gw, std::shared_ptr<io::TcpListene
       co_await io::sleep_for(50ms);
       continue;
     }
-    exec::spawn_detached(serve_admin(gw, std::move(*c)), {exec::TaskKind::kAdmin, "admin client"});
+    exec::spawn_detached(serve_admin(gw, io::Stream(std::move(*c))), {exec::TaskKind::kAdmin, "admin client"});
   }
 }
 

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "config/yaml_walk.h"
+#include "tls/certs.h"
 
 namespace sg::config {
 
@@ -149,12 +150,95 @@ void parse_runtime(Ctx& ctx, const YAML::Node& n, RuntimeSection& r) {
 }
 
 
+// A file named in the configuration: relative names are relative to the file's directory.
+std::string config_relative(const Ctx& ctx, const std::string& file) {
+  if (file.empty() || file.front() == '/') return file;
+  const std::size_t slash = ctx.file.rfind('/');
+  return slash == std::string::npos ? file : ctx.file.substr(0, slash + 1) + file;
+}
+
+void parse_tls_certificate(Ctx& ctx, const YAML::Node& n, const std::string& path, TlsCertificate& c) {
+  MapView m(ctx, n, path, {"cert", "key"});
+  if (!n.IsMap()) return;
+  for (std::string_view k : {"cert", "key"}) {
+    if (!m.has(k)) ctx.error(n, path, "missing required key \"" + std::string(k) + "\"");
+  }
+  m.read("cert", c.cert);
+  m.read("key", c.key);
+  if (c.cert.empty() || c.key.empty()) return;
+  c.cert = config_relative(ctx, c.cert);
+  c.key = config_relative(ctx, c.key);
+  if (std::string why = tls::check_certificate(c.cert, c.key, nullptr); !why.empty()) ctx.error(n, path, why);
+}
+
+void parse_listener_tls(Ctx& ctx, const YAML::Node& n, const std::string& path, ListenerTls& t) {
+  MapView m(ctx, n, path,
+            {"certificates", "min_version", "ciphers", "ciphersuites", "alpn", "session_tickets",
+             "ticket_key_rotation", "session_cache_size", "session_timeout", "handshake_timeout", "client_auth",
+             "client_ca", "client_subject_header"});
+  if (!n.IsMap()) return;
+  YAML::Node certs = m.get("certificates");
+  if (!certs.IsDefined() || (certs.IsSequence() && certs.size() == 0)) {
+    ctx.error(certs.IsDefined() ? certs : n, m.path("certificates"), "a TLS listener needs at least one certificate");
+  }
+  for_each_item(ctx, certs, m.path("certificates"), [&](const YAML::Node& c, const std::string& p) {
+    t.certificates.emplace_back();
+    parse_tls_certificate(ctx, c, p, t.certificates.back());
+  });
+  std::string v;
+  if (m.read("min_version", v) && m.has("min_version")) {
+    if (v == "1.2") t.min_version = TlsVersion::k12;
+    else if (v == "1.3") t.min_version = TlsVersion::k13;
+    else ctx.error(m.get("min_version"), m.path("min_version"), "expected \"1.2\" or \"1.3\", got \"" + v + "\"");
+  }
+  for (auto [key, tls13] : {std::pair{"ciphers", false}, std::pair{"ciphersuites", true}}) {
+    std::string& list = tls13 ? t.ciphersuites : t.ciphers;
+    if (!m.read(key, list) || list.empty()) continue;
+    if (std::string why = tls::check_ciphers(list, tls13); !why.empty()) ctx.error(m.get(key), m.path(key), why);
+  }
+  if (m.has("alpn")) {
+    t.alpn.clear();
+    m.read_strings("alpn", t.alpn);
+    for (const std::string& p : t.alpn) {
+      if (p != "http/1.1") {
+        ctx.error(m.get("alpn"), m.path("alpn"), "unsupported protocol \"" + p + "\" (stealgate speaks http/1.1)");
+      }
+    }
+  }
+  m.read("session_tickets", t.session_tickets);
+  if (m.read_duration("ticket_key_rotation", t.ticket_key_rotation) && t.ticket_key_rotation.count() < 1000) {
+    ctx.error(m.get("ticket_key_rotation"), m.path("ticket_key_rotation"), "must be at least 1s");
+  }
+  m.read_num("session_cache_size", t.session_cache_size, 0, 10'000'000);
+  if (m.read_duration("session_timeout", t.session_timeout) && t.session_timeout.count() < 1000) {
+    ctx.error(m.get("session_timeout"), m.path("session_timeout"), "must be at least 1s");
+  }
+  m.read_duration("handshake_timeout", t.handshake_timeout);
+  read_choice(m, "client_auth", t.client_auth,
+              {{"off", ClientAuth::kOff}, {"optional", ClientAuth::kOptional}, {"required", ClientAuth::kRequired}});
+  if (m.read("client_ca", t.client_ca) && !t.client_ca.empty()) {
+    t.client_ca = config_relative(ctx, t.client_ca);
+    if (std::string why = tls::check_ca_file(t.client_ca); !why.empty()) {
+      ctx.error(m.get("client_ca"), m.path("client_ca"), why);
+    }
+  }
+  if (t.client_auth != ClientAuth::kOff && t.client_ca.empty()) {
+    ctx.error(m.has("client_auth") ? m.get("client_auth") : n, m.path("client_auth"),
+              "client certificates need client_ca (the CA file they must chain to)");
+  }
+  if (m.read("client_subject_header", t.client_subject_header)) {
+    if (std::string why = header_name_refusal(t.client_subject_header); !why.empty()) {
+      ctx.error(m.get("client_subject_header"), m.path("client_subject_header"), why);
+    }
+  }
+}
+
 void parse_listener(Ctx& ctx, const YAML::Node& n, const std::string& path, ListenerSection& l) {
   MapView m(ctx, n, path,
             {"name", "address", "backlog", "reuse_port", "max_connections", "on_max_connections",
              "header_timeout", "idle_timeout", "body_timeout", "send_timeout", "max_target_bytes",
              "max_header_bytes", "max_headers", "max_body_bytes", "path_normalization", "escaped_slashes",
-             "backslashes"});
+             "backslashes", "tls"});
   if (!n.IsMap()) return;
   m.read("name", l.name);
   if (!m.has("address")) ctx.error(n, path, "missing required key \"address\"");
@@ -186,6 +270,10 @@ void parse_listener(Ctx& ctx, const YAML::Node& n, const std::string& path, List
       {"keep", http::SlashPolicy::kKeep}, {"reject", http::SlashPolicy::kReject}, {"decode", http::SlashPolicy::kDecode}};
   read_choice(m, "escaped_slashes", l.path.escaped_slashes, slash);
   read_choice(m, "backslashes", l.path.backslashes, slash);
+  if (m.has("tls")) {
+    l.tls.emplace();
+    parse_listener_tls(ctx, m.get("tls"), m.path("tls"), *l.tls);
+  }
 }
 
 void parse_limits(Ctx& ctx, const YAML::Node& n, LimitsSection& l) {

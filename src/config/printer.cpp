@@ -104,6 +104,30 @@ static void emit_runtime(YAML::Emitter& e, const RuntimeSection& r) {
   e << YAML::EndMap;
 }
 
+void emit_listener_tls(YAML::Emitter& e, const ListenerTls& t) {
+  e << YAML::Key << "tls" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "certificates" << YAML::Value << YAML::BeginSeq;
+  for (const TlsCertificate& c : t.certificates) {
+    e << YAML::BeginMap << YAML::Key << "cert" << YAML::Value << c.cert << YAML::Key << "key" << YAML::Value << c.key
+      << YAML::EndMap;
+  }
+  e << YAML::EndSeq;
+  e << YAML::Key << "min_version" << YAML::Value << (t.min_version == TlsVersion::k13 ? "1.3" : "1.2");
+  e << YAML::Key << "ciphers" << YAML::Value << t.ciphers;
+  e << YAML::Key << "ciphersuites" << YAML::Value << t.ciphersuites;
+  e << YAML::Key << "alpn" << YAML::Value << YAML::Flow << t.alpn;
+  e << YAML::Key << "session_tickets" << YAML::Value << t.session_tickets;
+  e << YAML::Key << "ticket_key_rotation" << YAML::Value << dur(t.ticket_key_rotation);
+  e << YAML::Key << "session_cache_size" << YAML::Value << t.session_cache_size;
+  e << YAML::Key << "session_timeout" << YAML::Value << dur(t.session_timeout);
+  e << YAML::Key << "handshake_timeout" << YAML::Value << dur(t.handshake_timeout);
+  e << YAML::Key << "client_auth" << YAML::Value
+    << (t.client_auth == ClientAuth::kRequired ? "required" : t.client_auth == ClientAuth::kOptional ? "optional" : "off");
+  e << YAML::Key << "client_ca" << YAML::Value << t.client_ca;
+  e << YAML::Key << "client_subject_header" << YAML::Value << t.client_subject_header;
+  e << YAML::EndMap;
+}
+
 std::string to_yaml(const Config& c) {
   YAML::Emitter e;
   e << YAML::BeginMap;
@@ -135,6 +159,7 @@ std::string to_yaml(const Config& c) {
     e << YAML::Key << "path_normalization" << YAML::Value << path_policy_name(l.path.policy);
     e << YAML::Key << "escaped_slashes" << YAML::Value << slash_policy_name(l.path.escaped_slashes);
     e << YAML::Key << "backslashes" << YAML::Value << slash_policy_name(l.path.backslashes);
+    if (l.tls) emit_listener_tls(e, *l.tls);
     e << YAML::EndMap;
   }
   e << YAML::EndSeq;

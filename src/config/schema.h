@@ -50,6 +50,34 @@ struct AdminSection {
 
 enum class OverflowAction { kReject503, kBacklog };
 
+// TLS termination on a listener (tls/server_context.h builds it).
+struct TlsCertificate {
+  std::string cert;  // PEM: the leaf first, then its chain
+  std::string key;   // PEM private key
+  bool operator==(const TlsCertificate&) const = default;
+};
+enum class TlsVersion { k12, k13 };
+enum class ClientAuth { kOff, kOptional, kRequired };
+struct ListenerTls {
+  // SNI picks the certificate whose names (subjectAltName DNS entries, else the subject's
+  // CN) match the requested name exactly, then by wildcard; the first is the default.
+  std::vector<TlsCertificate> certificates;
+  TlsVersion min_version = TlsVersion::k12;
+  std::string ciphers;        // TLS 1.2 cipher list (OpenSSL syntax); "" = OpenSSL's default
+  std::string ciphersuites;   // TLS 1.3 suites; "" = OpenSSL's default
+  std::vector<std::string> alpn{"http/1.1"};
+  bool session_tickets = true;
+  Duration ticket_key_rotation{3'600'000};  // a new ticket key this often; two old ones still accepted
+  std::size_t session_cache_size = 20'000;  // server-side session cache (0 = off)
+  Duration session_timeout{300'000};        // how long a session may be resumed
+  Duration handshake_timeout{10'000};
+  ClientAuth client_auth = ClientAuth::kOff;
+  std::string client_ca;  // PEM CA certificates that client certificates must chain to
+  // The verified client certificate's subject goes upstream in this header (a client's own
+  // header of that name is always removed).
+  std::string client_subject_header = "X-Client-Cert-Subject";
+};
+
 struct ListenerSection {
   std::string name;
   Address address;
@@ -70,6 +98,7 @@ struct ListenerSection {
   // How the request path is normalized before routing (http/path.h).
   http::PathOptions path;
   uint64_t max_body_bytes = 64ull * 1024 * 1024;  // 0 = unlimited
+  std::optional<ListenerTls> tls;  // absent: plain HTTP
 };
 
 struct LimitsSection {

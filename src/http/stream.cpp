@@ -59,7 +59,7 @@ class BufferCache {
 thread_local BufferCache tl_buffers;
 }  // namespace
 
-MessageReader::MessageReader(io::TcpStream& s, Parser::Mode mode, const ParserLimits& limits)
+MessageReader::MessageReader(io::Stream& s, Parser::Mode mode, const ParserLimits& limits)
     : s_(s),
       parser_(mode, limits),
       // A whole head always fits, so the parser's limits (431/414) trigger before the
@@ -110,7 +110,7 @@ void MessageReader::release_buffer() {
 }
 
 exec::Task<HeadRead> MessageReader::read_head(io::Deadline first_byte, io::Clock::duration head_timeout,
-                                              io::TcpStream* watch, bool wait_first) {
+                                              io::Stream* watch, bool wait_first) {
   bool partial = begin_ < end_;
   io::Deadline dl = partial ? io::Deadline::after(head_timeout) : first_byte;
   bool readable = false;  // the last wait reported the peer readable: read, don't wait

@@ -19,7 +19,7 @@
 
 #include "exec/coro.h"
 #include "http/parser.h"
-#include "io/tcp.h"
+#include "io/stream.h"
 
 namespace sg::http {
 
@@ -47,7 +47,7 @@ struct BodyRead {
 
 class MessageReader {
  public:
-  MessageReader(io::TcpStream& s, Parser::Mode mode, const ParserLimits& limits);
+  MessageReader(io::Stream& s, Parser::Mode mode, const ParserLimits& limits);
   ~MessageReader() { release_buffer(); }
   MessageReader(const MessageReader&) = delete;
   MessageReader& operator=(const MessageReader&) = delete;
@@ -61,7 +61,7 @@ class MessageReader {
   // from a read that fails with EAGAIN (one syscall per message saved; a head that is
   // there after all is reported by the wait at once).
   exec::Task<HeadRead> read_head(io::Deadline first_byte, io::Clock::duration head_timeout,
-                                 io::TcpStream* watch = nullptr, bool wait_first = false);
+                                 io::Stream* watch = nullptr, bool wait_first = false);
 
   // Decoded body bytes of the current message; `done` once it is complete.
   exec::Task<BodyRead> read_body(io::Deadline dl);
@@ -93,7 +93,7 @@ class MessageReader {
   void move_to_buffer(std::size_t n);
   void release_buffer();
 
-  io::TcpStream& s_;
+  io::Stream& s_;
   Parser parser_;
   char* buf_ = nullptr;   // from the per-thread buffer cache (stream.cpp)
   std::size_t size_ = 0;  // allocated bytes

@@ -267,6 +267,12 @@ TcpStream::PeerState TcpStream::peek() {
   return PeerState::kClosed;  // reset or another error
 }
 
+bool TcpStream::try_write(std::string_view data) {
+  if (!sock_.is_open()) return false;
+  ssize_t n = ::send(sock_.native_handle(), data.data(), data.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  return n == static_cast<ssize_t>(data.size());
+}
+
 void TcpStream::shutdown_write() {
   if (sock_.is_open()) ::shutdown(sock_.native_handle(), SHUT_WR);
 }

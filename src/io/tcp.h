@@ -64,6 +64,9 @@ class TcpStream {
   // A read would block: the peer has sent nothing and has not closed or reset.
   bool silent() { return peek() == PeerState::kSilent; }
 
+  // One non-blocking send of `data` (nothing waits): whether all of it was taken. For a
+  // last few bytes before a close (a TLS close_notify); never with a write in flight.
+  bool try_write(std::string_view data);
   void shutdown_write();
   void close();
   // The peer's address (for accepted streams, as accept() reported it: no syscall).

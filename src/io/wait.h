@@ -167,11 +167,12 @@ struct EitherAwaiter {
   Socket& a;
   Socket* b;  // nullptr: wait for `a` alone
   Deadline deadline;
+  bool ready_now = false;  // `a` is readable already (plaintext held by TLS): no wait
   exec::TimerEntry timer{};
   ReceiveWait wait_a{};
   ReadyWait wait_b{};
 
-  bool await_ready() const noexcept { return false; }
+  bool await_ready() const noexcept { return ready_now; }
   void await_suspend(std::coroutine_handle<> h) {
     exec::Waker w = exec::arm_wait(h);
     if (deadline.is_set()) arm_deadline(timer, deadline, w.clone());
@@ -179,6 +180,7 @@ struct EitherAwaiter {
     wait_a.start(a, std::move(w), kTagReady);
   }
   EitherReadable await_resume() {
+    if (ready_now) return {0, {}};
     const exec::WaitResult r = exec::last_wait_result();
     timer.cancel();
     wait_a.stop();

@@ -181,6 +181,40 @@ void io_uring_families(Families& fs, const std::vector<io::RingStats>& rings) {
   }
 }
 
+// TLS listeners: handshakes by version and resumption, failures by kind, and when each
+// certificate expires (for an alert well before it does).
+void tls_families(Families& fs, proxy::Gateway& gw) {
+  auto snap = gw.snapshot();
+  auto& ok = fs.family("stealgate_tls_handshakes_total",
+                       "Completed TLS handshakes by listener, protocol version and session resumption.",
+                       MetricType::Counter);
+  auto& failed = fs.family("stealgate_tls_handshake_failures_total", "Failed TLS handshakes by listener and reason.",
+                           MetricType::Counter);
+  auto& expiry = fs.family("stealgate_tls_certificate_expiry_timestamp_seconds",
+                           "When each served certificate expires (Unix time).", MetricType::Gauge);
+  for (const auto& ls : gw.listener_states()) {
+    const config::ListenerSection* l = snap ? snap->listener(ls->key) : nullptr;
+    if (l == nullptr || !l->tls) continue;
+    for (std::size_t v = 0; v < proxy::kTlsVersions.size(); ++v) {
+      for (int resumed = 0; resumed < 2; ++resumed) {
+        Families::add(ok, {{"listener", l->name}, {"version", std::string(proxy::kTlsVersions[v])},
+                           {"resumed", resumed == 1 ? "true" : "false"}},
+                      static_cast<double>(ls->stats.tls_handshakes[v][static_cast<std::size_t>(resumed)].load()));
+      }
+    }
+    for (std::size_t k = 0; k < proxy::kTlsFailureKinds.size(); ++k) {
+      Families::add(failed, {{"listener", l->name}, {"reason", std::string(proxy::kTlsFailureKinds[k])}},
+                    static_cast<double>(ls->stats.tls_failures[k].load()));
+    }
+    if (auto tc = snap->tls_for(ls->key)) {
+      for (const auto& c : tc->certificates()) {
+        Families::add(expiry, {{"listener", l->name}, {"certificate", c.file}, {"subject", c.subject}},
+                      static_cast<double>(c.not_after));
+      }
+    }
+  }
+}
+
 void gateway_families(Families& fs, proxy::Gateway& gw) {
   auto snap = gw.snapshot();
   proxy::GatewayStats& gs = gw.stats();
@@ -360,6 +394,7 @@ std::string render(proxy::Gateway& gw) {
   io_uring_families(fs, gw.runtime().ring_stats());
   task_families(fs, *gw.runtime().exec().handle().scheduler());
   gateway_families(fs, gw);
+  tls_families(fs, gw);
   std::ostringstream os;
   prometheus::TextSerializer{}.Serialize(os, std::vector<MetricFamily>(fs.out.begin(), fs.out.end()));
   return os.str();

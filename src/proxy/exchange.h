@@ -10,7 +10,7 @@
 #include "config/schema.h"
 #include "exec/semaphore.h"
 #include "http/stream.h"
-#include "io/tcp.h"
+#include "io/stream.h"
 #include "proxy/gateway.h"
 
 namespace sg::proxy {
@@ -20,6 +20,7 @@ struct RequestContext {
   std::string request_id;
   std::string client_ip;
   std::string client;  // ip:port
+  const io::TlsSummary* tls = nullptr;  // the client connection's TLS; null when plain
   std::string route = "-";
   int route_index = -1;       // index in the snapshot's route table, -1 = none matched
   std::string cluster = "-";
@@ -33,7 +34,7 @@ struct RequestContext {
 
 // Everything forward() needs about the downstream side.
 struct Downstream {
-  io::TcpStream& client;
+  io::Stream& client;
   http::MessageReader& reader;  // the request head is parsed; its body is unread
   const config::ListenerSection& listener;
   bool draining = false;
@@ -56,6 +57,6 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
                                   Downstream& down, RequestContext& ctx);
 
 // Writes a locally generated reply; returns false when the client could not be written.
-exec::Task<bool> send_local(io::TcpStream& client, const std::string& bytes, const config::ListenerSection& l);
+exec::Task<bool> send_local(io::Stream& client, const std::string& bytes, const config::ListenerSection& l);
 
 }  // namespace sg::proxy

@@ -48,7 +48,7 @@ std::string rewritten_target(const http::RequestHead& req, const config::RouteSe
 // Writes decoded body pieces to `dst`, framed as chunks when `chunked`, after `prefix`
 // (a message head not sent yet) and before `suffix` (the last chunk), so that a small
 // response leaves in one gathered write instead of two or three.
-exec::Task<std::error_code> write_body(io::TcpStream& dst, std::string_view prefix,
+exec::Task<std::error_code> write_body(io::Stream& dst, std::string_view prefix,
                                        std::span<const std::string_view> pieces, bool chunked,
                                        std::string_view suffix, io::Deadline dl) {
   constexpr std::size_t kGroup = 32;
@@ -139,7 +139,7 @@ struct InFlight {
 };
 
 // Copies bytes one way until EOF, an error or `idle` without traffic. Used for tunnels.
-exec::Task<void> pump(io::TcpStream& from, io::TcpStream& to, std::chrono::milliseconds idle, uint64_t* bytes) {
+exec::Task<void> pump(io::Stream& from, io::Stream& to, std::chrono::milliseconds idle, uint64_t* bytes) {
   std::array<char, 16 * 1024> buf;
   for (;;) {
     io::IoResult r = co_await from.read_some(buf, io::Deadline::after(idle));
@@ -150,7 +150,7 @@ exec::Task<void> pump(io::TcpStream& from, io::TcpStream& to, std::chrono::milli
   to.shutdown_write();
 }
 
-exec::Task<void> tunnel(io::TcpStream& client, io::TcpStream& up, std::string_view client_leftover,
+exec::Task<void> tunnel(io::Stream& client, io::Stream& up, std::string_view client_leftover,
                         std::string_view up_leftover, std::chrono::milliseconds idle, RequestContext& ctx) {
   if (!up_leftover.empty() && co_await client.write_all(up_leftover, io::Deadline::after(idle))) co_return;
   if (!client_leftover.empty() && co_await up.write_all(client_leftover, io::Deadline::after(idle))) co_return;
@@ -162,7 +162,7 @@ exec::Task<void> tunnel(io::TcpStream& client, io::TcpStream& up, std::string_vi
 
 }  // namespace
 
-exec::Task<bool> send_local(io::TcpStream& client, const std::string& bytes, const config::ListenerSection& l) {
+exec::Task<bool> send_local(io::Stream& client, const std::string& bytes, const config::ListenerSection& l) {
   auto ec = co_await client.write_all(bytes, io::Deadline::after(l.send_timeout));
   co_return !ec;
 }
@@ -189,7 +189,7 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
   const std::string upgrade = allowed_upgrade(req, rcfg.upgrades, upgrade_refused);
   if (upgrade_refused) gs.upgrades_refused.fetch_add(1, std::memory_order_relaxed);
   if (upgrade.empty()) down.reader.parser().refuse_upgrade();
-  ForwardInfo info{ctx.client_ip, ctx.request_id, "http", upgrade};
+  ForwardInfo info{ctx.client_ip, ctx.request_id, ctx.tls != nullptr ? "https" : "http", upgrade};
   std::string head_bytes;
   append_upstream_request_head(head_bytes, req, rewritten_target(req, rcfg), &rcfg, info);
 
@@ -272,10 +272,10 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
     // Replayable on a new connection if this one was closed under it: the condition of the
     // replay below (a body must have come whole with the head: a streamed one cannot be resent).
     const bool replayable = (idempotent || !has_body) && !body_started && request_body_consumed;
-    std::optional<io::TcpStream> pooled = fresh_only ? std::nullopt : ep->pool().acquire(replayable);
+    std::optional<io::Stream> pooled = fresh_only ? std::nullopt : ep->pool().acquire(replayable);
     fresh_only = false;
     const bool reused = pooled.has_value();
-    io::TcpStream up;
+    io::Stream up;
     // The reused connection turned out closed by the upstream before it answered: the same
     // request goes out once more on a new connection (a replay, not a retry: the upstream
     // never saw it). The caller continues with the next attempt.
@@ -307,7 +307,7 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
           co_return co_await reply(timed_out ? 504 : 502, false);
         }
       }
-      up = std::move(*c);
+      up = io::Stream(std::move(*c));
     }
 
     // --- request head ---

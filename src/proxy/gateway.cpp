@@ -12,6 +12,11 @@ std::string listener_key(const config::ListenerSection& l) {
   return l.address.port == 0 ? l.name + "@" + l.address.text() : l.address.text();
 }
 
+std::shared_ptr<const tls::ServerContext> Snapshot::tls_for(const std::string& key) const {
+  auto it = tls_by_key.find(key);
+  return it == tls_by_key.end() ? nullptr : it->second;
+}
+
 const config::ListenerSection* Snapshot::listener(const std::string& key) const {
   auto it = listeners_by_key.find(key);
   return it == listeners_by_key.end() ? nullptr : it->second;
@@ -115,6 +120,17 @@ std::string Gateway::build_snapshot(std::shared_ptr<const config::Config> cfg, s
     auto built = upstream::Cluster::build(c, old, rt_.exec().config().worker_threads, err);
     if (!built.ok()) return err;
     snap->clusters.push_back(std::move(*built));
+  }
+  for (const auto& l : cfg->listeners) {
+    if (!l.tls) continue;
+    const std::string key = listener_key(l);
+    std::shared_ptr<tls::TicketKeys>& keys = ticket_keys_[key];
+    if (!keys) keys = std::make_shared<tls::TicketKeys>(l.tls->ticket_key_rotation);
+    keys->set_rotation(l.tls->ticket_key_rotation);
+    std::string why;
+    auto tc = tls::ServerContext::build(*l.tls, keys, why);
+    if (!tc) return "listener " + l.name + ": " + why;
+    snap->tls_by_key[key] = std::move(tc);
   }
   std::string err;
   auto table = routing::RouteTable::build(*cfg, snap->clusters, err);

@@ -35,6 +35,7 @@
 #include "proxy/load_shedder.h"
 #include "proxy/stats.h"
 #include "routing/route_table.h"
+#include "tls/server_context.h"
 #include "upstream/cluster.h"
 #include "upstream/health_checker.h"
 
@@ -54,8 +55,11 @@ struct Snapshot {
   std::vector<std::shared_ptr<exec::Semaphore>> route_limits;   // by route index, null = none
   std::map<std::string, std::shared_ptr<exec::Semaphore>> cluster_limits;
   std::map<std::string, const config::ListenerSection*> listeners_by_key;
+  // TLS listeners' certificates and settings, by listener key.
+  std::map<std::string, std::shared_ptr<const tls::ServerContext>> tls_by_key;
 
   const config::ListenerSection* listener(const std::string& key) const;
+  std::shared_ptr<const tls::ServerContext> tls_for(const std::string& key) const;
 };
 
 struct ListenerState {
@@ -146,6 +150,8 @@ class Gateway {
   mutable std::mutex control_mu_;  // start/reload/drain (control thread operations)
   std::map<std::string, std::shared_ptr<ListenerState>> listeners_;  // by listener_key
   std::map<std::string, std::shared_ptr<RouteStats>> route_stats_;   // by route name, kept across reloads
+  // Session ticket keys by listener key, kept across reloads (tls/server_context.h).
+  std::map<std::string, std::shared_ptr<tls::TicketKeys>> ticket_keys_;
 
   mutable std::mutex sessions_mu_;
   std::list<std::shared_ptr<SessionEntry>> sessions_;

@@ -34,20 +34,38 @@ std::string endpoint_text(const io::tcp::endpoint& ep) {
   return ep.address().is_v6() ? "[" + ip + "]:" + std::to_string(ep.port()) : ip + ":" + std::to_string(ep.port());
 }
 
+// The access log's TLS fields: version, cipher, the requested name, resumption, and the
+// verified client certificate's subject.
+std::string tls_json(const io::TlsSummary& t) {
+  std::string out = ",\"tls\":{\"version\":" + log::json_quote(t.version) + ",\"cipher\":" + log::json_quote(t.cipher) +
+                    ",\"sni\":" + log::json_quote(t.sni) + ",\"resumed\":" + (t.resumed ? "true" : "false");
+  if (!t.peer_subject.empty()) out += ",\"client_subject\":" + log::json_quote(t.peer_subject);
+  return out + "}";
+}
+
+std::string tls_text(const io::TlsSummary& t) {
+  std::string out = " tls=" + std::string(t.version) + " sni=" + (t.sni.empty() ? "-" : t.sni) +
+                    (t.resumed ? " resumed" : "");
+  if (!t.peer_subject.empty()) out += " client=\"" + t.peer_subject + "\"";
+  return out;
+}
+
 void write_access_log(const RequestContext& c, const http::RequestHead& req, uint64_t duration_us) {
   auto logger = log::access();
   if (!logger) return;
   if (log::access_json()) {
     logger->info(
-        R"("client":{},"method":{},"target":{},"route":{},"cluster":{},"endpoint":{},"status":{},"bytes_in":{},"bytes_out":{},"duration_ms":{:.3f},"attempts":{},"request_id":{}{}}})",
+        R"("client":{},"method":{},"target":{},"route":{},"cluster":{},"endpoint":{},"status":{},"bytes_in":{},"bytes_out":{},"duration_ms":{:.3f},"attempts":{},"request_id":{}{}{}}})",
         log::json_quote(c.client), log::json_quote(req.method), log::json_quote(req.target),
         log::json_quote(c.route), log::json_quote(c.cluster), log::json_quote(c.endpoint), c.status, c.bytes_in,
         c.bytes_out, static_cast<double>(duration_us) / 1000.0, c.attempts, log::json_quote(c.request_id),
+        c.tls == nullptr ? std::string() : tls_json(*c.tls),
         c.note.empty() ? std::string() : ",\"note\":" + log::json_quote(c.note));
   } else {
-    logger->info("{} \"{} {} HTTP/1.{}\" {} {} route={} cluster={} endpoint={} {:.3f}ms attempts={} id={}{}{}",
+    logger->info("{} \"{} {} HTTP/1.{}\" {} {} route={} cluster={} endpoint={} {:.3f}ms attempts={} id={}{}{}{}",
                  c.client, req.method, req.target, req.version_minor, c.status, c.bytes_out,
                  c.route, c.cluster, c.endpoint, static_cast<double>(duration_us) / 1000.0, c.attempts, c.request_id,
+                 c.tls == nullptr ? std::string() : tls_text(*c.tls),
                  c.note.empty() ? "" : " note=\"", c.note.empty() ? "" : c.note + "\"");
   }
 }
@@ -56,10 +74,10 @@ void write_access_log(const RequestContext& c, const http::RequestHead& req, uin
 // queued leaves the queue (its wait ends as a timeout that the caller recognises).
 class QueueWait final : public exec::WaitTimeout {
  public:
-  QueueWait(io::Deadline dl, io::TcpStream& client) : dl_(dl), client_(client) {}
+  QueueWait(io::Deadline dl, io::Stream& client) : dl_(dl), client_(client) {}
   void arm(exec::Waker w) override {
     io::arm_deadline(timer_, dl_, w.clone());
-    client_wait_.start(client_.socket(), io::Interest::kRead, std::move(w), io::kTagReady);
+    client_wait_.start(client_.tcp().socket(), io::Interest::kRead, std::move(w), io::kTagReady);
   }
   void cancel() override {
     timer_.cancel();
@@ -70,7 +88,7 @@ class QueueWait final : public exec::WaitTimeout {
   io::Deadline dl_;
   exec::TimerEntry timer_;
   io::ReadyWait client_wait_;
-  io::TcpStream& client_;
+  io::Stream& client_;
 };
 
 // A queue wait ends between 80% and 100% of queue_timeout, drawn per request. Requests
@@ -90,7 +108,7 @@ enum class Admit { kAdmitted, kQueueFull, kDisplaced, kTimeout, kShed, kClientGo
 // Takes a permit from `sem` (if any), waiting in its queue until `queue_timeout`; while
 // `shedding`, refuses instead of waiting (see proxy/load_shedder.h).
 exec::Task<Admit> admit(exec::Semaphore* sem, exec::Semaphore::Permit& permit,
-                        io::TcpStream& client, io::Clock::duration queue_timeout, bool shedding,
+                        io::Stream& client, io::Clock::duration queue_timeout, bool shedding,
                         AdmissionStats& st) {
   if (sem == nullptr) co_return Admit::kAdmitted;
   if (sem->try_acquire()) {
@@ -134,12 +152,47 @@ exec::Task<Admit> admit(exec::Semaphore* sem, exec::Semaphore::Permit& permit,
   co_return out;
 }
 
+// Who is on the other end of a downstream connection.
+struct Peer {
+  std::string address;  // ip:port
+  std::string ip;
+  std::optional<io::TlsSummary> tls;  // on TLS listeners, what the handshake agreed on
+};
+
+// The TLS handshake of a new connection on a TLS listener; counts its outcome.
+exec::Task<bool> accept_tls(ListenerState& ls, const tls::ServerContext& tc, io::Stream& client,
+                            const std::string& peer) {
+  std::error_code ec =
+      co_await client.accept_tls(tc.default_ctx(), io::Deadline::after(tc.config().handshake_timeout));
+  io::TlsLayer* t = client.tls();
+  if (!ec) {
+    io::TlsSummary s = t->summary();
+    ls.stats.tls_handshakes[tls_version_index(s.version)][s.resumed ? 1 : 0].fetch_add(1, std::memory_order_relaxed);
+    co_return true;
+  }
+  const std::string_view kind = t != nullptr ? t->failure_kind() : std::string_view("other");
+  ls.stats.tls_failures[tls_failure_index(kind)].fetch_add(1, std::memory_order_relaxed);
+  SG_LOG_DEBUG("listener {}: TLS handshake with {} failed: {} ({})", ls.address, peer,
+               t != nullptr ? t->reason() : ec.message(), kind);
+  if (kind == "not_tls") {
+    // A plain HTTP request on a TLS port gets a readable answer instead of a TLS alert (as
+    // nginx does), in plain HTTP on the raw connection.
+    LocalReply lr;
+    lr.status = 400;
+    lr.close = true;
+    lr.body = "This port speaks HTTPS: use https://\n";
+    std::string bytes = render_local_reply(lr);
+    co_await client.tcp().write_all(bytes, io::Deadline::after(1s));
+  }
+  co_return false;
+}
+
 struct Handled {
   bool keep_alive = false;
 };
 
 exec::Task<Handled> handle_request(Gateway& gw, const std::shared_ptr<const Snapshot>& snap,
-                                   const config::ListenerSection& lcfg, io::TcpStream& client,
+                                   const config::ListenerSection& lcfg, io::Stream& client,
                                    http::MessageReader& reader, RequestContext& ctx) {
   http::RequestHead& req = reader.parser().request();
   GatewayStats& gs = gw.stats();
@@ -248,7 +301,7 @@ exec::Task<Handled> handle_request(Gateway& gw, const std::shared_ptr<const Snap
 // Answers a request that cannot be served (malformed, too slow, a refused path) and logs
 // it; the connection is closed after it.
 exec::Task<void> refuse_request(Gateway& gw, const Snapshot& snap, const config::ListenerSection& lcfg,
-                                io::TcpStream& client, int status, const std::string& note, const std::string& peer) {
+                                io::Stream& client, int status, const std::string& note, const std::string& peer) {
   LocalReply lr;
   lr.status = status;
   lr.close = true;
@@ -283,19 +336,28 @@ std::string normalize_request(http::RequestHead& req, const http::PathOptions& o
   return {};
 }
 
+// The verified client certificate's subject goes upstream in `header`; whatever the
+// client sent under that name never does (it would let anyone claim any identity).
+void pass_client_subject(http::RequestHead& req, const std::string& header, const std::optional<io::TlsSummary>& tls) {
+  req.headers.remove(header);
+  if (tls && !tls->peer_subject.empty()) req.headers.add(header, tls->peer_subject);
+}
+
 // One request, from its parsed head (or failed read) to the access log; returns whether
 // the connection may serve another. A coroutine of its own so that the per-request state
 // (RequestContext, the error reply, handle_request's frame) exists only while a request
 // is in flight: an idle keep-alive connection keeps just serve_connection's small frame.
 // `lsnap`/`lcfg` are the connection's listener snapshot, moved to the newest one that
 // still has the listener.
-exec::Task<bool> serve_request(Gateway& gw, ListenerState& ls, const http::HeadRead& hr, io::TcpStream& client,
-                               http::MessageReader& reader, const std::string& peer, const std::string& peer_ip,
+exec::Task<bool> serve_request(Gateway& gw, ListenerState& ls, const http::HeadRead& hr, io::Stream& client,
+                               http::MessageReader& reader, const Peer& who,
                                std::shared_ptr<const Snapshot>& lsnap, const config::ListenerSection*& lcfg) {
+  const std::string& peer = who.address;
   RequestContext ctx;
   ctx.start = exec::tick_now();
   ctx.client = peer;
-  ctx.client_ip = peer_ip;
+  ctx.client_ip = who.ip;
+  if (who.tls) ctx.tls = &*who.tls;
   // The snapshot current when the request arrived serves it to the end.
   std::shared_ptr<const Snapshot> snap = gw.snapshot();
   if (const config::ListenerSection* now = snap->listener(ls.key)) {
@@ -316,6 +378,9 @@ exec::Task<bool> serve_request(Gateway& gw, ListenerState& ls, const http::HeadR
     co_await refuse_request(gw, *snap, *lcfg, client, 400, why, peer);
     co_return false;
   }
+  if (lcfg->tls && lcfg->tls->client_auth != config::ClientAuth::kOff) {
+    pass_client_subject(reader.parser().request(), lcfg->tls->client_subject_header, who.tls);
+  }
 
   Handled h = co_await handle_request(gw, snap, *lcfg, client, reader, ctx);
   exec::set_current_task_priority(false);  // permits released: back to the ordinary lane
@@ -333,7 +398,7 @@ exec::Task<bool> serve_request(Gateway& gw, ListenerState& ls, const http::HeadR
 }  // namespace
 
 exec::Task<void> serve_connection(Gateway& gw, std::shared_ptr<ListenerState> ls, std::shared_ptr<SessionEntry> entry,
-                                  io::TcpStream client) {
+                                  io::Stream client) {
   struct Leave {
     Gateway& gw;
     std::shared_ptr<ListenerState>& ls;
@@ -345,9 +410,11 @@ exec::Task<void> serve_connection(Gateway& gw, std::shared_ptr<ListenerState> ls
     }
   } leave{gw, ls, entry};
 
-  std::string peer = endpoint_text(client.remote_endpoint());
-  std::string peer_ip = peer.substr(0, peer.rfind(':'));
-  if (!peer_ip.empty() && peer_ip.front() == '[') peer_ip = peer_ip.substr(1, peer_ip.size() - 2);
+  Peer who;
+  who.address = endpoint_text(client.remote_endpoint());
+  const std::string& peer = who.address;
+  who.ip = peer.substr(0, peer.rfind(':'));
+  if (!who.ip.empty() && who.ip.front() == '[') who.ip = who.ip.substr(1, who.ip.size() - 2);
 
   // lcfg points into lsnap's configuration; lsnap keeps it alive (a reload may drop this
   // listener from newer snapshots while the connection lives on).
@@ -355,6 +422,16 @@ exec::Task<void> serve_connection(Gateway& gw, std::shared_ptr<ListenerState> ls
   const config::ListenerSection* lcfg = lsnap->listener(ls->key);
   if (lcfg == nullptr) co_return;  // the listener was removed by a reload meanwhile
   exec::label_current_task({exec::TaskKind::kConnection, lcfg->name + " " + peer});
+  // Held for the connection's life: the SNI callback and the contexts it switches to
+  // belong to it (a reload may publish new certificates meanwhile).
+  std::shared_ptr<const tls::ServerContext> tls_ctx = lsnap->tls_for(ls->key);
+  if (tls_ctx) {
+    if (!co_await accept_tls(*ls, *tls_ctx, client, peer)) {
+      client.close();
+      co_return;
+    }
+    who.tls = client.tls()->summary();
+  }
   http::MessageReader reader(client, http::Parser::Mode::kRequest, parser_limits(*lcfg));
 
   for (bool first = true;; first = false) {
@@ -364,7 +441,7 @@ exec::Task<void> serve_connection(Gateway& gw, std::shared_ptr<ListenerState> ls
     http::HeadRead hr = co_await reader.read_head(first_byte, lcfg->header_timeout, nullptr, /*wait_first=*/!first);
     int expected = first ? SessionEntry::kFresh : SessionEntry::kIdle;
     if (!entry->state.compare_exchange_strong(expected, SessionEntry::kBusy)) break;  // drain closed us
-    if (!co_await serve_request(gw, *ls, hr, client, reader, peer, peer_ip, lsnap, lcfg)) break;
+    if (!co_await serve_request(gw, *ls, hr, client, reader, who, lsnap, lcfg)) break;
     entry->state.store(SessionEntry::kIdle, std::memory_order_release);
   }
   client.close();
@@ -402,7 +479,7 @@ exec::Task<void> accept_loop(Gateway& gw, std::shared_ptr<ListenerState> ls) {
       continue;
     }
     backoff_ms = 10;
-    io::TcpStream s = std::move(*conn);
+    io::Stream s(std::move(*conn));
     ls->stats.connections_total.fetch_add(1, std::memory_order_relaxed);
     if (static_cast<std::size_t>(ls->stats.connections_active.load()) >= max_conn) {
       ls->stats.rejected_max_connections.fetch_add(1, std::memory_order_relaxed);

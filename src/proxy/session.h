@@ -4,13 +4,13 @@
 #include <memory>
 
 #include "exec/coro.h"
-#include "io/tcp.h"
+#include "io/stream.h"
 #include "proxy/gateway.h"
 
 namespace sg::proxy {
 
 exec::Task<void> serve_connection(Gateway& gw, std::shared_ptr<ListenerState> ls, std::shared_ptr<SessionEntry> entry,
-                                  io::TcpStream client);
+                                  io::Stream client);
 
 // Accept loop of one listener (spawned by the Gateway).
 exec::Task<void> accept_loop(Gateway& gw, std::shared_ptr<ListenerState> ls);

@@ -15,4 +15,18 @@ void RouteStats::count(std::string_view method, int status, uint64_t duration_ns
   duration.observe(duration_ns);
 }
 
+std::size_t tls_failure_index(std::string_view kind) {
+  for (std::size_t i = 0; i < kTlsFailureKinds.size(); ++i) {
+    if (kTlsFailureKinds[i] == kind) return i;
+  }
+  return kTlsFailureKinds.size() - 1;
+}
+
+std::size_t tls_version_index(std::string_view version) {
+  for (std::size_t i = 0; i + 1 < kTlsVersions.size(); ++i) {
+    if (kTlsVersions[i] == version) return i;
+  }
+  return kTlsVersions.size() - 1;
+}
+
 }  // namespace sg::proxy

@@ -28,6 +28,14 @@ struct RouteStats {
   void count(std::string_view method, int status, uint64_t duration_ns);
 };
 
+// Why a TLS handshake failed (io::TlsLayer::failure_kind), as a bounded label set.
+inline constexpr std::array<std::string_view, 8> kTlsFailureKinds = {
+    "timeout", "closed", "not_tls", "version", "cipher", "client_certificate", "peer_alert", "other"};
+std::size_t tls_failure_index(std::string_view kind);
+// Negotiated versions counted by name; anything else (never, with min_version 1.2) is "other".
+inline constexpr std::array<std::string_view, 3> kTlsVersions = {"TLSv1.2", "TLSv1.3", "other"};
+std::size_t tls_version_index(std::string_view version);
+
 struct ListenerStats {
   std::atomic<uint64_t> connections_total{0};
   std::atomic<int64_t> connections_active{0};
@@ -37,6 +45,10 @@ struct ListenerStats {
   // Host), by http::PathError.
   std::atomic<uint64_t> paths_normalized{0};
   std::array<std::atomic<uint64_t>, http::kPathErrorCount> paths_rejected{};
+  // TLS listeners: completed handshakes by version and whether the session was resumed,
+  // failed ones by kind.
+  std::array<std::array<std::atomic<uint64_t>, 2>, kTlsVersions.size()> tls_handshakes{};  // [version][resumed]
+  std::array<std::atomic<uint64_t>, kTlsFailureKinds.size()> tls_failures{};
 };
 
 enum class RejectReason : uint8_t { kQueueFull = 0, kQueueTimeout = 1, kShed = 2 };

@@ -19,7 +19,7 @@ ConnPool::Slot* ConnPool::own_slot() const {
   return &slots_[c.worker_index];
 }
 
-std::optional<io::TcpStream> ConnPool::acquire(bool replayable) {
+std::optional<io::Stream> ConnPool::acquire(bool replayable) {
   Slot* slot = own_slot();
   if (slot == nullptr) return std::nullopt;
   auto now = exec::tick_now();
@@ -46,7 +46,7 @@ std::optional<io::TcpStream> ConnPool::acquire(bool replayable) {
   return std::nullopt;
 }
 
-void ConnPool::release(io::TcpStream s) {
+void ConnPool::release(io::Stream s) {
   Slot* slot = own_slot();
   if (slot == nullptr || opts_.max_idle == 0 || !s.is_open() || slot->idle.size() >= per_worker_max_) {
     s.close();

@@ -28,7 +28,7 @@
 #include <memory>
 #include <optional>
 
-#include "io/tcp.h"
+#include "io/stream.h"
 
 namespace sg::upstream {
 
@@ -46,8 +46,8 @@ class ConnPool {
 
   // `replayable`: the caller can resend the request on a new connection if this one turns
   // out to have been closed by the upstream before it answered.
-  std::optional<io::TcpStream> acquire(bool replayable);
-  void release(io::TcpStream s);
+  std::optional<io::Stream> acquire(bool replayable);
+  void release(io::Stream s);
   // Closes the calling worker's idle connections that are older than the idle timeout or
   // that the upstream closed meanwhile; returns how many.
   std::size_t reap();
@@ -61,7 +61,7 @@ class ConnPool {
 
  private:
   struct Idle {
-    io::TcpStream stream;
+    io::Stream stream;
     std::chrono::steady_clock::time_point since;
   };
   struct alignas(64) Slot {

@@ -12,11 +12,12 @@ exec::Task<bool> probe(io::IoContext ctx, const io::tcp::endpoint& ep, const con
   io::Deadline dl = io::Deadline::after(hc.timeout);
   auto conn = co_await io::TcpStream::connect(ctx, ep, dl);
   if (!conn.ok()) co_return false;
+  io::Stream stream(std::move(*conn));
   std::string req = "GET " + hc.path + " HTTP/1.1\r\nHost: " + host +
                     "\r\nUser-Agent: stealgate-health-check\r\nConnection: close\r\n\r\n";
-  if (co_await conn->write_all(req, dl)) co_return false;
+  if (co_await stream.write_all(req, dl)) co_return false;
   http::ParserLimits lim;
-  http::MessageReader reader(*conn, http::Parser::Mode::kResponse, lim);
+  http::MessageReader reader(stream, http::Parser::Mode::kResponse, lim);
   for (bool sent = true;; sent = false) {
     http::HeadRead hr = co_await reader.read_head(dl, hc.timeout, nullptr, /*wait_first=*/sent);
     if (hr.status != http::ReadStatus::kOk) co_return false;
@@ -26,7 +27,7 @@ exec::Task<bool> probe(io::IoContext ctx, const io::tcp::endpoint& ep, const con
       if (fin.status != http::ReadStatus::kOk) co_return false;
       continue;
     }
-    conn->close();
+    stream.close();
     co_return status >= hc.expected_status_min && status <= hc.expected_status_max;
   }
 }

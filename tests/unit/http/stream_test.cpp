@@ -11,7 +11,7 @@
 #include <string>
 
 #include "io/runtime.h"
-#include "io/tcp.h"
+#include "io/stream.h"
 #include "../../support/loopback.h"
 
 namespace sg::http {
@@ -39,7 +39,8 @@ Got read_request(const std::string& bytes, bool top_up) {
   auto h = rt.spawn([&, l = std::move(*listener)]() mutable -> exec::Task<Got> {
     auto s = co_await l.accept();
     if (!s.ok()) co_return Got{};
-    MessageReader reader(*s, Parser::Mode::kRequest, ParserLimits{});
+    io::Stream stream(std::move(*s));
+    MessageReader reader(stream, Parser::Mode::kRequest, ParserLimits{});
     HeadRead hr = co_await reader.read_head(io::Deadline::after(2s), 2s);
     if (hr.status != ReadStatus::kOk) co_return Got{};
     if (top_up) reader.top_up(reader.parser().request().body);

@@ -1,0 +1,303 @@
+#include "io/tls.h"
+
+#include <openssl/err.h>
+#include <openssl/x509.h>
+
+#include <algorithm>
+
+namespace sg::io {
+
+namespace {
+
+class TlsCategory final : public std::error_category {
+ public:
+  const char* name() const noexcept override { return "tls"; }
+  std::string message(int c) const override {
+    switch (static_cast<TlsErrc>(c)) {
+      case TlsErrc::kHandshake: return "TLS handshake failed";
+      case TlsErrc::kProtocol: return "TLS protocol error";
+      case TlsErrc::kClosed: return "connection closed during the TLS handshake";
+    }
+    return "TLS error";
+  }
+};
+
+// Ciphertext is read into the caller's buffer when it is at least this big (it is free
+// space until the plaintext is decrypted into it); smaller reads use the session's scratch.
+constexpr std::size_t kMinCipherRead = 4096;
+constexpr std::size_t kScratch = 16 * 1024;
+// Plaintext pieces below this size are gathered into one record with their neighbours
+// (a response head, chunk-size lines and CRLFs would otherwise each cost a record).
+constexpr std::size_t kGatherBelow = 2048;
+// Write buffers that grew past this are given back after the write (an idle connection
+// should not keep the biggest response it ever sent).
+constexpr std::size_t kKeepCapacity = 16 * 1024;
+
+std::string_view kind_of(unsigned long e) {
+  if (ERR_GET_LIB(e) != ERR_LIB_SSL) return "other";
+  const int r = ERR_GET_REASON(e);
+  switch (r) {
+    case SSL_R_HTTP_REQUEST:
+    case SSL_R_HTTPS_PROXY_REQUEST:
+      return "not_tls";
+    case SSL_R_UNSUPPORTED_PROTOCOL:
+    case SSL_R_WRONG_VERSION_NUMBER:
+    case SSL_R_UNKNOWN_PROTOCOL:
+    case SSL_R_VERSION_TOO_LOW:
+      return "version";
+    case SSL_R_NO_SHARED_CIPHER:
+      return "cipher";
+    case SSL_R_PEER_DID_NOT_RETURN_A_CERTIFICATE:
+    case SSL_R_CERTIFICATE_VERIFY_FAILED:
+      return "client_certificate";
+    default:
+      break;
+  }
+  // Reasons from SSL_AD_REASON_OFFSET on are alerts the peer sent us.
+  if (r >= SSL_AD_REASON_OFFSET) return "peer_alert";
+  return "other";
+}
+
+}  // namespace
+
+const std::error_category& tls_category() {
+  static const TlsCategory c;
+  return c;
+}
+
+std::unique_ptr<TlsLayer> TlsLayer::server(SSL_CTX* ctx) {
+  SSL* ssl = SSL_new(ctx);
+  if (ssl == nullptr) return nullptr;
+  SSL_set_accept_state(ssl);
+  return std::unique_ptr<TlsLayer>(new TlsLayer(ssl));
+}
+
+TlsLayer::TlsLayer(SSL* ssl) : ssl_(ssl), in_(BIO_new(BIO_s_mem())), out_bio_(BIO_new(BIO_s_mem())) {
+  // An empty memory BIO means "not yet" (WANT_READ), never EOF: EOF is the socket's to say.
+  BIO_set_mem_eof_return(in_, -1);
+  BIO_set_mem_eof_return(out_bio_, -1);
+  SSL_set_bio(ssl_, in_, out_bio_);  // the SSL owns both from here
+}
+
+TlsLayer::~TlsLayer() { SSL_free(ssl_); }
+
+void TlsLayer::take_output_locked() {
+  const std::size_t n = BIO_ctrl_pending(out_bio_);
+  if (n == 0) return;
+  const std::size_t at = out_.size();
+  out_.resize(at + n);
+  const int got = BIO_read(out_bio_, out_.data() + at, static_cast<int>(n));
+  out_.resize(at + static_cast<std::size_t>(std::max(got, 0)));
+}
+
+void TlsLayer::feed(std::span<const char> bytes) {
+  std::lock_guard g(mu_);
+  BIO_write(in_, bytes.data(), static_cast<int>(bytes.size()));
+}
+
+std::span<char> TlsLayer::scratch(std::span<char> buf) {
+  if (buf.size() >= kMinCipherRead) return buf;
+  if (!scratch_) scratch_.reset(new char[kScratch]);
+  return {scratch_.get(), kScratch};
+}
+
+void TlsLayer::note_failure(std::string_view kind) {
+  failure_kind_ = kind;
+  if (reason_.empty()) reason_ = std::string(kind);
+}
+
+// Records why the last OpenSSL call failed (the first error queued) and clears the queue.
+static void record(std::string& reason, std::string_view& kind, int ssl_error) {
+  const unsigned long e = ERR_get_error();
+  if (e != 0) {
+    const char* r = ERR_reason_error_string(e);
+    reason = r != nullptr ? r : "unknown error";
+    kind = kind_of(e);
+  } else if (ssl_error == SSL_ERROR_SYSCALL) {
+    reason = "unexpected end of the connection";
+    kind = "closed";
+  } else {
+    reason = "OpenSSL error " + std::to_string(ssl_error);
+    kind = "other";
+  }
+  ERR_clear_error();
+}
+
+exec::Task<std::error_code> TlsLayer::handshake(TcpStream& sock, Deadline dl) {
+  for (;;) {
+    int rc = 0;
+    int err = SSL_ERROR_NONE;
+    {
+      std::lock_guard g(mu_);
+      ERR_clear_error();
+      rc = SSL_do_handshake(ssl_);
+      if (rc != 1) {
+        err = SSL_get_error(ssl_, rc);
+        if (err != SSL_ERROR_WANT_READ) record(reason_, failure_kind_, err);
+      }
+      take_output_locked();
+    }
+    if (!out_.empty()) {
+      // Our flight, or the alert that ends a failed handshake.
+      std::error_code ec = co_await sock.write_all(out_, dl);
+      out_.clear();
+      if (ec && (rc == 1 || err == SSL_ERROR_WANT_READ)) {
+        note_failure(ec == std::errc::timed_out ? "timeout" : "closed");
+        co_return ec == std::errc::timed_out ? ec : make_error_code(TlsErrc::kClosed);
+      }
+    }
+    if (rc == 1) break;
+    if (err != SSL_ERROR_WANT_READ) co_return make_error_code(TlsErrc::kHandshake);
+    std::span<char> buf = scratch({});
+    IoResult r = co_await sock.read_some(buf, dl);
+    if (r.ec == std::errc::timed_out) {
+      note_failure("timeout");
+      co_return r.ec;
+    }
+    if (r.ec || r.n == 0) {
+      note_failure("closed");
+      co_return make_error_code(TlsErrc::kClosed);
+    }
+    feed(buf.first(r.n));
+  }
+  scratch_.reset();  // reads after the handshake use the caller's buffers
+  co_return std::error_code{};
+}
+
+// One SSL_read: the plaintext, EOF (close_notify), an error, or nullopt for "needs more
+// ciphertext".
+static std::optional<IoResult> read_plain(SSL* ssl, std::span<char> buf, std::string& reason,
+                                          std::string_view& kind) {
+  ERR_clear_error();
+  std::size_t n = 0;
+  const int rc = SSL_read_ex(ssl, buf.data(), buf.size(), &n);
+  if (rc == 1) return IoResult{{}, n};
+  const int err = SSL_get_error(ssl, rc);
+  if (err == SSL_ERROR_WANT_READ) return std::nullopt;
+  if (err == SSL_ERROR_ZERO_RETURN) return IoResult{{}, 0};
+  record(reason, kind, err);
+  return IoResult{make_error_code(TlsErrc::kProtocol), 0};
+}
+
+exec::Task<IoResult> TlsLayer::read_some(TcpStream& sock, std::span<char> buf, Deadline dl) {
+  for (;;) {
+    std::optional<IoResult> got;
+    {
+      std::lock_guard g(mu_);
+      got = read_plain(ssl_, buf, reason_, failure_kind_);
+    }
+    if (got) co_return *got;
+    std::span<char> cipher = scratch(buf);
+    IoResult r = co_await sock.read_some(cipher, dl);
+    if (r.ec || r.n == 0) co_return r;
+    feed(cipher.first(r.n));
+  }
+}
+
+std::optional<IoResult> TlsLayer::try_read(TcpStream& sock, std::span<char> buf) {
+  for (;;) {
+    {
+      std::lock_guard g(mu_);
+      if (auto got = read_plain(ssl_, buf, reason_, failure_kind_)) return got;
+    }
+    std::span<char> cipher = scratch(buf);
+    std::optional<IoResult> r = sock.try_read(cipher);
+    if (!r || r->ec || r->n == 0) return r;
+    feed(cipher.first(r->n));
+  }
+}
+
+exec::Task<std::error_code> TlsLayer::write_all(TcpStream& sock, std::span<const std::string_view> bufs, Deadline dl) {
+  bool failed = false;
+  {
+    std::lock_guard g(mu_);
+    ERR_clear_error();
+    auto encrypt = [&](std::string_view p) {
+      std::size_t n = 0;
+      if (!p.empty() && SSL_write_ex(ssl_, p.data(), p.size(), &n) != 1) failed = true;
+    };
+    for (std::string_view b : bufs) {
+      if (b.size() < kGatherBelow) {
+        stage_.append(b);
+        continue;
+      }
+      encrypt(stage_);
+      stage_.clear();
+      encrypt(b);
+    }
+    encrypt(stage_);
+    stage_.clear();
+    if (failed) record(reason_, failure_kind_, SSL_ERROR_SSL);
+    take_output_locked();
+  }
+  if (stage_.capacity() > kKeepCapacity) std::string().swap(stage_);
+  if (failed) {
+    out_.clear();
+    co_return make_error_code(TlsErrc::kProtocol);
+  }
+  std::error_code ec = co_await sock.write_all(out_, dl);
+  out_.clear();
+  if (out_.capacity() > kKeepCapacity) std::string().swap(out_);
+  co_return ec;
+}
+
+bool TlsLayer::has_buffered() {
+  std::lock_guard g(mu_);
+  return SSL_has_pending(ssl_) == 1 || BIO_ctrl_pending(in_) > 0;
+}
+
+TcpStream::PeerState TlsLayer::peek(TcpStream& sock) {
+  {
+    std::lock_guard g(mu_);
+    if (SSL_pending(ssl_) > 0) return TcpStream::PeerState::kData;
+  }
+  // Pull what the socket holds (without waiting), then let OpenSSL look at it: a
+  // close_notify is data to TCP but a close to us.
+  std::span<char> cipher = scratch({});
+  std::optional<IoResult> r = sock.try_read(cipher);
+  if (r && (r->ec || r->n == 0)) return TcpStream::PeerState::kClosed;
+  if (r) feed(cipher.first(r->n));
+  std::lock_guard g(mu_);
+  ERR_clear_error();
+  char c;
+  std::size_t n = 0;
+  const int rc = SSL_peek_ex(ssl_, &c, 1, &n);
+  if (rc == 1) return TcpStream::PeerState::kData;
+  const int err = SSL_get_error(ssl_, rc);
+  ERR_clear_error();
+  return err == SSL_ERROR_WANT_READ ? TcpStream::PeerState::kSilent : TcpStream::PeerState::kClosed;
+}
+
+void TlsLayer::close_notify(TcpStream& sock) {
+  std::lock_guard g(mu_);
+  ERR_clear_error();
+  if (SSL_is_init_finished(ssl_) == 1) (void)SSL_shutdown(ssl_);
+  ERR_clear_error();
+  take_output_locked();
+  if (!out_.empty()) (void)sock.try_write(out_);
+  out_.clear();
+}
+
+TlsSummary TlsLayer::summary() const {
+  TlsSummary s;
+  s.version = SSL_get_version(ssl_);
+  if (const char* c = SSL_get_cipher_name(ssl_)) s.cipher = c;
+  const unsigned char* alpn = nullptr;
+  unsigned int alpn_len = 0;
+  SSL_get0_alpn_selected(ssl_, &alpn, &alpn_len);
+  if (alpn != nullptr) s.alpn = std::string_view(reinterpret_cast<const char*>(alpn), alpn_len);
+  if (const char* sn = SSL_get_servername(ssl_, TLSEXT_NAMETYPE_host_name)) s.sni = sn;
+  s.resumed = SSL_session_reused(ssl_) == 1;
+  X509* peer = SSL_get0_peer_certificate(ssl_);
+  if (peer != nullptr && SSL_get_verify_result(ssl_) == X509_V_OK) {
+    BIO* b = BIO_new(BIO_s_mem());
+    X509_NAME_print_ex(b, X509_get_subject_name(peer), 0, XN_FLAG_RFC2253);
+    char* p = nullptr;
+    const long n = BIO_get_mem_data(b, &p);
+    if (n > 0) s.peer_subject.assign(p, static_cast<std::size_t>(n));
+    BIO_free(b);
+  }
+  return s;
+}
+
+}  // namespace sg::io
