@@ -227,6 +227,14 @@ void Gateway::stop_listener(const std::shared_ptr<ListenerState>& ls) {
   if (ls->listener) ls->listener->close();
 }
 
+namespace {
+void log_listening(const Snapshot& snap, const ListenerState& ls) {
+  const config::ListenerSection* l = snap.listener(ls.key);
+  SG_LOG_INFO("listener {} on {} (port {}){}{}", l->name, ls.address, ls.bound_port,
+              ls.inherited ? " on an inherited socket" : "", l->tls ? ", TLS" : "");
+}
+}  // namespace
+
 std::string Gateway::start(std::shared_ptr<const config::Config> cfg) {
   std::lock_guard lk(control_mu_);
   std::shared_ptr<Snapshot> snap;
@@ -244,8 +252,7 @@ std::string Gateway::start(std::shared_ptr<const config::Config> cfg) {
   for (auto& ls : bound) {
     listeners_[ls->key] = ls;
     start_accepting(ls);
-    SG_LOG_INFO("listener {} on {} (port {}){}", snap->listener(ls->key)->name, ls->address, ls->bound_port,
-                ls->inherited ? " on an inherited socket" : "");
+    log_listening(*snap, *ls);
   }
   publish_listeners();
   health_.start(snap->clusters);
@@ -279,8 +286,7 @@ std::string Gateway::reload(std::shared_ptr<const config::Config> cfg) {
   for (auto& ls : added) {
     listeners_[ls->key] = ls;
     start_accepting(ls);
-    SG_LOG_INFO("listener {} on {} (port {}){}", snap->listener(ls->key)->name, ls->address, ls->bound_port,
-                ls->inherited ? " on an inherited socket" : "");
+    log_listening(*snap, *ls);
   }
   for (auto it = listeners_.begin(); it != listeners_.end();) {
     if (snap->listener(it->first) == nullptr) {

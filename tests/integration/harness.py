@@ -10,6 +10,7 @@ import os
 import re
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -43,6 +44,20 @@ RUNNING = []  # Stealgate processes not stopped yet
 # $STEALGATE_NOT_APPLICABLE_LOG, which scripts/test.sh prints in its summary); any other
 # skip is a failure.
 NOT_IN_THIS_BUILD = "not in this build: "
+# STEALGATE_TEST_TLS=1 runs a suite over TLS: config()'s default listener terminates TLS
+# with a test certificate, and Client speaks TLS to every port stealgate announced as a
+# TLS listener (upstreams stay plain).
+TLS_MODE = os.environ.get("STEALGATE_TEST_TLS") == "1"
+TLS_PORTS = set()
+
+
+def tls_client_context(cafile=None, cert=None):
+    """A client context that trusts the test CA (and presents `cert`, a (cert, key) pair)."""
+    import certs  # noqa: E402 (tests/integration/certs.py; imported only where TLS is used)
+    ctx = ssl.create_default_context(cafile=cafile or certs.shared().ca)
+    if cert:
+        ctx.load_cert_chain(*cert)
+    return ctx
 
 
 class Upstream:
@@ -151,6 +166,10 @@ class Stealgate:
             m = re.search(r"listener (\S+) on \S+ \(port (\d+)\)", line)
             if m:
                 self.ports[m.group(1)] = int(m.group(2))
+                if line.rstrip().endswith(", TLS"):
+                    TLS_PORTS.add(int(m.group(2)))
+                else:
+                    TLS_PORTS.discard(int(m.group(2)))
             m = re.search(r"admin endpoint on \S+ \(port (\d+)\)", line)
             if m:
                 self.admin_port = int(m.group(1))
@@ -277,8 +296,14 @@ class Response:
 class Client:
     """One TCP connection; sends raw bytes and parses responses (CL, chunked, close)."""
 
-    def __init__(self, port, timeout=10):
+    def __init__(self, port, timeout=10, tls=None, server_hostname="test.local"):
+        """`tls`: an ssl.SSLContext to speak TLS with; by default, the test CA's for a port
+        stealgate announced as a TLS listener."""
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        if tls is None and port in TLS_PORTS:
+            tls = tls_client_context()
+        if tls is not None:
+            self.sock = tls.wrap_socket(self.sock, server_hostname=server_hostname)
         self.buf = b""
 
     def send(self, data):
@@ -371,7 +396,7 @@ class Client:
                 if not data:
                     return True
                 self.buf += data
-        except (ConnectionResetError, BrokenPipeError):
+        except (ConnectionResetError, BrokenPipeError, ssl.SSLEOFError):
             return True
         except socket.timeout:
             return False
@@ -391,6 +416,11 @@ def request_once(port, method, path, headers=None, body=b"", host="test.local", 
 
 def config(listeners=None, clusters="", routes="", extra="", admin="127.0.0.1:0", logging="access_log: { enabled: true }"):
     """A test config: listeners default to one 'public' listener on port 0."""
+    if not listeners and TLS_MODE:
+        import certs  # noqa: E402
+        cert, key = certs.shared().server
+        listeners = (f"  - name: public\n    address: 127.0.0.1:0\n"
+                     f"    tls:\n      certificates: [{{ cert: {cert}, key: {key} }}]\n")
     listeners = listeners or "  - name: public\n    address: 127.0.0.1:0\n"
     out = f"runtime:\n  worker_threads: 2\nadmin:\n  address: {admin}\nlisteners:\n{listeners}"
     if clusters:

@@ -12,7 +12,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import NOT_IN_THIS_BUILD, TIMEOUT_SCALE, Client, Stealgate, Upstream, config, main, request_once, sanitized_binary  # noqa: E402
+from harness import NOT_IN_THIS_BUILD, TIMEOUT_SCALE, TLS_MODE, Client, Stealgate, Upstream, config, main, request_once, sanitized_binary  # noqa: E402
 
 
 def routes_for(cluster="app", timeout="2s", extra=""):
@@ -423,7 +423,11 @@ class IdleConnectionMemoryTest(unittest.TestCase):
         per_conn = (rss_kib() - before) / n
         for c in clients + warm:
             c.close()
-        self.assertLess(per_conn, 10, f"{per_conn:.1f} KiB of RSS per idle keep-alive connection")
+        # Over TLS (STEALGATE_TEST_TLS=1) a connection also keeps its OpenSSL session (the
+        # SSL object and its memory BIOs; OpenSSL's record buffers are released while idle):
+        # 22 KiB measured.
+        bound = 32 if TLS_MODE else 10
+        self.assertLess(per_conn, bound, f"{per_conn:.1f} KiB of RSS per idle keep-alive connection")
 
 
 if __name__ == "__main__":
