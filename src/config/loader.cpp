@@ -157,6 +157,14 @@ std::string config_relative(const Ctx& ctx, const std::string& file) {
   return slash == std::string::npos ? file : ctx.file.substr(0, slash + 1) + file;
 }
 
+void read_min_version(const MapView& m, TlsVersion& out) {
+  std::string v;
+  if (!m.read("min_version", v) || !m.has("min_version")) return;
+  if (v == "1.2") out = TlsVersion::k12;
+  else if (v == "1.3") out = TlsVersion::k13;
+  else m.ctx().error(m.get("min_version"), m.path("min_version"), "expected \"1.2\" or \"1.3\", got \"" + v + "\"");
+}
+
 void parse_tls_certificate(Ctx& ctx, const YAML::Node& n, const std::string& path, TlsCertificate& c) {
   MapView m(ctx, n, path, {"cert", "key"});
   if (!n.IsMap()) return;
@@ -185,12 +193,7 @@ void parse_listener_tls(Ctx& ctx, const YAML::Node& n, const std::string& path, 
     t.certificates.emplace_back();
     parse_tls_certificate(ctx, c, p, t.certificates.back());
   });
-  std::string v;
-  if (m.read("min_version", v) && m.has("min_version")) {
-    if (v == "1.2") t.min_version = TlsVersion::k12;
-    else if (v == "1.3") t.min_version = TlsVersion::k13;
-    else ctx.error(m.get("min_version"), m.path("min_version"), "expected \"1.2\" or \"1.3\", got \"" + v + "\"");
-  }
+  read_min_version(m, t.min_version);
   for (auto [key, tls13] : {std::pair{"ciphers", false}, std::pair{"ciphersuites", true}}) {
     std::string& list = tls13 ? t.ciphersuites : t.ciphers;
     if (!m.read(key, list) || list.empty()) continue;
@@ -299,10 +302,31 @@ bool parse_lb(const std::string& s, LbPolicy& out) {
   return true;
 }
 
+void parse_cluster_tls(Ctx& ctx, const YAML::Node& n, const std::string& path, ClusterTls& t) {
+  MapView m(ctx, n, path, {"sni", "verify", "ca", "cert", "key", "min_version"});
+  if (!n.IsMap()) return;
+  m.read("sni", t.sni);
+  m.read("verify", t.verify);
+  read_min_version(m, t.min_version);
+  if (m.read("ca", t.ca) && !t.ca.empty()) {
+    t.ca = config_relative(ctx, t.ca);
+    if (std::string why = tls::check_ca_file(t.ca); !why.empty()) ctx.error(m.get("ca"), m.path("ca"), why);
+  }
+  m.read("cert", t.cert);
+  m.read("key", t.key);
+  if (t.cert.empty() != t.key.empty()) {
+    ctx.error(n, path, "a client certificate needs both cert and key");
+  } else if (!t.cert.empty()) {
+    t.cert = config_relative(ctx, t.cert);
+    t.key = config_relative(ctx, t.key);
+    if (std::string why = tls::check_certificate(t.cert, t.key, nullptr); !why.empty()) ctx.error(m.get("cert"), m.path("cert"), why);
+  }
+}
+
 void parse_cluster(Ctx& ctx, const YAML::Node& n, const std::string& path, ClusterSection& c) {
   MapView m(ctx, n, path,
             {"name", "endpoints", "lb", "hash_header", "connect_timeout", "max_idle_per_endpoint", "idle_timeout",
-             "max_concurrent_requests", "health_check", "outlier_detection"});
+             "max_concurrent_requests", "health_check", "outlier_detection", "tls"});
   if (!n.IsMap()) return;
   m.read("name", c.name);
   if (c.name.empty()) ctx.error(n, path, "missing required key \"name\"");
@@ -339,6 +363,10 @@ void parse_cluster(Ctx& ctx, const YAML::Node& n, const std::string& path, Clust
     }
     c.endpoints.push_back(ep);
   });
+  if (m.has("tls")) {
+    c.tls.emplace();
+    parse_cluster_tls(ctx, m.get("tls"), m.path("tls"), *c.tls);
+  }
   YAML::Node hc = m.get("health_check");
   if (hc.IsDefined()) {
     c.health_check.enabled = true;

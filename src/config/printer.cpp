@@ -128,6 +128,17 @@ void emit_listener_tls(YAML::Emitter& e, const ListenerTls& t) {
   e << YAML::EndMap;
 }
 
+void emit_cluster_tls(YAML::Emitter& e, const ClusterTls& t) {
+  e << YAML::Key << "tls" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "sni" << YAML::Value << t.sni;
+  e << YAML::Key << "verify" << YAML::Value << t.verify;
+  e << YAML::Key << "ca" << YAML::Value << t.ca;
+  e << YAML::Key << "cert" << YAML::Value << t.cert;
+  e << YAML::Key << "key" << YAML::Value << t.key;
+  e << YAML::Key << "min_version" << YAML::Value << (t.min_version == TlsVersion::k13 ? "1.3" : "1.2");
+  e << YAML::EndMap;
+}
+
 std::string to_yaml(const Config& c) {
   YAML::Emitter e;
   e << YAML::BeginMap;
@@ -209,6 +220,7 @@ std::string to_yaml(const Config& c) {
     e << YAML::Key << "max_ejection_time" << YAML::Value << dur(cl.outlier.max_ejection_time);
     e << YAML::Key << "max_ejection_percent" << YAML::Value << cl.outlier.max_ejection_percent;
     e << YAML::EndMap;
+    if (cl.tls) emit_cluster_tls(e, *cl.tls);
     e << YAML::EndMap;
   }
   e << YAML::EndSeq;

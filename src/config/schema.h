@@ -141,6 +141,17 @@ struct OutlierSection {
   uint32_t max_ejection_percent = 50;
 };
 
+// TLS to a cluster's endpoints (tls/client_context.h).
+struct ClusterTls {
+  std::string sni;   // the name sent and verified; "" = the endpoint's host (an IP literal: no SNI, IP verified)
+  bool verify = true;
+  std::string ca;    // PEM CAs to trust; "" = the system's store
+  std::string cert;  // client certificate (PEM chain) and its key, when the upstream asks for one
+  std::string key;
+  TlsVersion min_version = TlsVersion::k12;
+  bool operator==(const ClusterTls&) const = default;
+};
+
 struct ClusterSection {
   std::string name;
   std::vector<EndpointSection> endpoints;
@@ -152,6 +163,7 @@ struct ClusterSection {
   std::size_t max_concurrent_requests = 0;  // 0 = no per-cluster limit
   HealthCheckSection health_check;
   OutlierSection outlier;
+  std::optional<ClusterTls> tls;  // absent: plain HTTP to the endpoints
 };
 
 struct HeaderMatch {

@@ -8,6 +8,12 @@ exec::Task<std::error_code> Stream::accept_tls(SSL_CTX* ctx, Deadline dl) {
   co_return co_await tls_->handshake(tcp_, dl);
 }
 
+exec::Task<std::error_code> Stream::connect_tls(SSL_CTX* ctx, std::string server_name, Deadline dl) {
+  tls_ = TlsLayer::client(ctx, server_name);
+  if (!tls_) co_return make_error_code(TlsErrc::kHandshake);
+  co_return co_await tls_->handshake(tcp_, dl);
+}
+
 exec::Task<std::error_code> Stream::write_all(std::string_view data, Deadline dl) {
   std::string_view one[1] = {data};
   co_return co_await write_all(std::span<const std::string_view>(one), dl);

@@ -3,6 +3,8 @@
 #include <openssl/err.h>
 #include <openssl/x509.h>
 
+#include <arpa/inet.h>
+
 #include <algorithm>
 
 namespace sg::io {
@@ -72,6 +74,23 @@ std::unique_ptr<TlsLayer> TlsLayer::server(SSL_CTX* ctx) {
   return std::unique_ptr<TlsLayer>(new TlsLayer(ssl));
 }
 
+std::unique_ptr<TlsLayer> TlsLayer::client(SSL_CTX* ctx, const std::string& server_name) {
+  SSL* ssl = SSL_new(ctx);
+  if (ssl == nullptr) return nullptr;
+  SSL_set_connect_state(ssl);
+  in6_addr ip6;
+  in_addr ip4;
+  const bool is_ip = ::inet_pton(AF_INET, server_name.c_str(), &ip4) == 1 ||
+                     ::inet_pton(AF_INET6, server_name.c_str(), &ip6) == 1;
+  if (is_ip) {
+    X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), server_name.c_str());
+  } else if (!server_name.empty()) {
+    SSL_set_tlsext_host_name(ssl, server_name.c_str());
+    SSL_set1_host(ssl, server_name.c_str());
+  }
+  return std::unique_ptr<TlsLayer>(new TlsLayer(ssl));
+}
+
 TlsLayer::TlsLayer(SSL* ssl) : ssl_(ssl), in_(BIO_new(BIO_s_mem())), out_bio_(BIO_new(BIO_s_mem())) {
   // An empty memory BIO means "not yet" (WANT_READ), never EOF: EOF is the socket's to say.
   BIO_set_mem_eof_return(in_, -1);
@@ -133,7 +152,12 @@ exec::Task<std::error_code> TlsLayer::handshake(TcpStream& sock, Deadline dl) {
       rc = SSL_do_handshake(ssl_);
       if (rc != 1) {
         err = SSL_get_error(ssl_, rc);
-        if (err != SSL_ERROR_WANT_READ) record(reason_, failure_kind_, err);
+        if (err != SSL_ERROR_WANT_READ) {
+          record(reason_, failure_kind_, err);
+          // "certificate verify failed" says too little: say what was wrong with it.
+          const long v = SSL_get_verify_result(ssl_);
+          if (v != X509_V_OK) reason_ += std::string(" (") + X509_verify_cert_error_string(v) + ")";
+        }
       }
       take_output_locked();
     }

@@ -54,6 +54,10 @@ class TlsLayer {
   // A server-side session on `ctx` (SNI may switch it to another context during the
   // handshake; see tls/context.h).
   static std::unique_ptr<TlsLayer> server(SSL_CTX* ctx);
+  // A client-side session that expects `server_name`: sent as SNI (unless it is an IP
+  // literal) and, when the context verifies, checked against the certificate's names (or
+  // IP addresses).
+  static std::unique_ptr<TlsLayer> client(SSL_CTX* ctx, const std::string& server_name);
   ~TlsLayer();
   TlsLayer(const TlsLayer&) = delete;
   TlsLayer& operator=(const TlsLayer&) = delete;

@@ -160,6 +160,30 @@ exec::Task<void> tunnel(io::Stream& client, io::Stream& up, std::string_view cli
   co_await upstream_bound;
 }
 
+// A new connection to `ep` in `out`: TCP, then the TLS handshake when the cluster speaks
+// TLS (a failed verification is logged: an operator must see why every request fails).
+// On failure `why` says what failed.
+exec::Task<std::error_code> open_upstream(io::IoContext ioc, upstream::Cluster& cluster, upstream::Endpoint& ep,
+                                          io::Stream& out, std::chrono::milliseconds timeout, std::string& why) {
+  const io::Deadline dl = io::Deadline::after(timeout);
+  auto c = co_await io::TcpStream::connect(ioc, ep.address(), dl);
+  if (!c.ok()) {
+    why = "upstream connect to " + ep.name() + " failed: " + c.error().message();
+    co_return c.error();
+  }
+  out = io::Stream(std::move(*c));
+  const tls::ClientContext* tls = cluster.tls();
+  if (tls == nullptr) co_return std::error_code{};
+  if (std::error_code ec = co_await out.connect_tls(tls->ctx(), tls->server_name(ep.host()), dl)) {
+    why = "upstream TLS handshake with " + ep.name() + " failed: " +
+          (out.tls() != nullptr && !out.tls()->reason().empty() ? out.tls()->reason() : ec.message());
+    SG_LOG_WARN("cluster {}: {}", cluster.name(), why);
+    out.close();
+    co_return ec;
+  }
+  co_return std::error_code{};
+}
+
 }  // namespace
 
 exec::Task<bool> send_local(io::Stream& client, const std::string& bytes, const config::ListenerSection& l) {
@@ -288,9 +312,10 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
     if (reused) {
       up = std::move(*pooled);
     } else {
-      auto c = co_await io::TcpStream::connect(ioc, ep->address(), io::Deadline::after(ccfg.connect_timeout));
-      if (!c.ok()) {
-        bool timed_out = c.error() == std::errc::timed_out;
+      std::string why;
+      std::error_code cec = co_await open_upstream(ioc, cluster, *ep, up, ccfg.connect_timeout, why);
+      if (cec) {
+        bool timed_out = cec == std::errc::timed_out;
         ep->stats().connect_errors.fetch_add(1, std::memory_order_relaxed);
         cluster.stats().connect_errors.fetch_add(1, std::memory_order_relaxed);
         gs.upstream_connect_errors.fetch_add(1, std::memory_order_relaxed);
@@ -302,12 +327,9 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
           exclude = idx;
           continue;
         }
-        {
-          ctx.note = "upstream connect to " + ep->name() + " failed: " + c.error().message();
-          co_return co_await reply(timed_out ? 504 : 502, false);
-        }
+        ctx.note = why;
+        co_return co_await reply(timed_out ? 504 : 502, false);
       }
-      up = io::Stream(std::move(*c));
     }
 
     // --- request head ---

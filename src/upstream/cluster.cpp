@@ -61,16 +61,29 @@ Result<std::shared_ptr<Cluster>> Cluster::build(const config::ClusterSection& cf
       return addr.error();
     }
     std::shared_ptr<Endpoint> reuse;
+    // A pool's connections were made with the cluster's TLS settings: other settings get
+    // other pools (pooled connections are keyed by TLS identity).
     if (previous != nullptr && previous->cfg_.max_idle_per_endpoint == cfg.max_idle_per_endpoint &&
-        previous->cfg_.idle_timeout == cfg.idle_timeout) {
+        previous->cfg_.idle_timeout == cfg.idle_timeout && previous->cfg_.tls == cfg.tls) {
       for (const auto& p : previous->endpoints_) {
         if (p->name() == e.address.text() && p->address() == *addr && p->weight() == e.weight) reuse = p;
       }
     }
-    eps.push_back(reuse ? reuse : std::make_shared<Endpoint>(e.address.text(), *addr, e.weight, pool));
+    eps.push_back(reuse ? reuse : std::make_shared<Endpoint>(e.address.text(), e.address.host, *addr, e.weight, pool));
+  }
+  std::shared_ptr<const tls::ClientContext> tls;
+  if (cfg.tls) {
+    std::string why;
+    tls = tls::ClientContext::build(*cfg.tls, why);
+    if (!tls) {
+      error = "cluster \"" + cfg.name + "\" tls: " + why;
+      return std::make_error_code(std::errc::invalid_argument);
+    }
   }
   auto stats = previous != nullptr ? previous->stats_ : std::make_shared<ClusterStats>();
-  return std::shared_ptr<Cluster>(new Cluster(cfg, std::move(eps), std::move(stats)));
+  auto cluster = std::shared_ptr<Cluster>(new Cluster(cfg, std::move(eps), std::move(stats)));
+  cluster->tls_ = std::move(tls);
+  return cluster;
 }
 
 Endpoint* Cluster::pick(const PickContext& ctx, int* index) {

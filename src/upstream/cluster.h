@@ -11,6 +11,7 @@
 #include "common/latency_histogram.h"
 #include "common/result.h"
 #include "config/schema.h"
+#include "tls/client_context.h"
 #include "upstream/endpoint.h"
 #include "upstream/load_balancer.h"
 
@@ -45,6 +46,8 @@ class Cluster {
   const config::ClusterSection& config() const { return cfg_; }
   const std::vector<std::shared_ptr<Endpoint>>& endpoints() const { return endpoints_; }
   ClusterStats& stats() { return *stats_; }
+  // TLS to the endpoints; null when the cluster speaks plain HTTP.
+  const tls::ClientContext* tls() const { return tls_.get(); }
 
   // The endpoint for the next request, or nullptr when none is healthy and not ejected.
   // `ctx.exclude` (an index) is avoided when another endpoint is available; `ctx.avoid`
@@ -66,6 +69,7 @@ class Cluster {
   std::vector<std::shared_ptr<Endpoint>> endpoints_;
   std::unique_ptr<LoadBalancer> lb_;
   std::shared_ptr<ClusterStats> stats_;  // shared with the next snapshot's cluster
+  std::shared_ptr<const tls::ClientContext> tls_;
 };
 
 // Resolves host:port to a TCP endpoint (IP literal or getaddrinfo; first IPv4/IPv6 result).

@@ -22,10 +22,11 @@ struct EndpointStats {
 
 class Endpoint {
  public:
-  Endpoint(std::string name, io::tcp::endpoint addr, uint32_t weight, PoolOptions pool)
-      : name_(std::move(name)), addr_(addr), weight_(weight), pool_(pool) {}
+  Endpoint(std::string name, std::string host, io::tcp::endpoint addr, uint32_t weight, PoolOptions pool)
+      : name_(std::move(name)), host_(std::move(host)), addr_(addr), weight_(weight), pool_(pool) {}
 
   const std::string& name() const { return name_; }  // host:port as configured
+  const std::string& host() const { return host_; }  // the host as configured (a name or an IP literal)
   const io::tcp::endpoint& address() const { return addr_; }
   uint32_t weight() const { return weight_; }
   ConnPool& pool() { return pool_; }
@@ -46,6 +47,7 @@ class Endpoint {
 
  private:
   std::string name_;
+  std::string host_;
   io::tcp::endpoint addr_;
   uint32_t weight_;
   ConnPool pool_;

@@ -63,14 +63,19 @@ def tls_client_context(cafile=None, cert=None):
 class Upstream:
     """A tests/integration/upstream.py process."""
 
-    def __init__(self, name="upstream", port=0, delay_ms=0, fail_status=0, keep_log=True):
+    def __init__(self, name="upstream", port=0, delay_ms=0, fail_status=0, keep_log=True, tls=None):
+        """`tls`: (cert, key) or (cert, key, client_ca) to serve HTTPS (the harness's own
+        requests to it, log() and clear_log(), speak TLS too, unverified)."""
         self.name = name
+        self.tls = tls
         self.delay_ms = delay_ms
         self.fail_status = fail_status
         self.keep_log = keep_log
         self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "upstream.py"), "--port", str(port),
                                       "--name", name, "--delay-ms", str(delay_ms), "--fail-status", str(fail_status)]
-                                     + ([] if keep_log else ["--no-log"]),
+                                     + ([] if keep_log else ["--no-log"])
+                                     + (["--tls-cert", tls[0], "--tls-key", tls[1]] if tls else [])
+                                     + (["--tls-client-ca", tls[2]] if tls and len(tls) > 2 else []),
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         line = self.proc.stdout.readline()
         if not line.startswith("PORT "):
@@ -81,12 +86,20 @@ class Upstream:
     def address(self):
         return f"127.0.0.1:{self.port}"
 
+    def _own_tls(self):
+        if not self.tls:
+            return None
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE  # (an upstream that requires client certificates has no log())
+        return ctx
+
     def log(self):
-        status, _, body = request_once(self.port, "GET", "/__log")
+        status, _, body = request_once(self.port, "GET", "/__log", tls=self._own_tls())
         return json.loads(body)
 
     def clear_log(self):
-        request_once(self.port, "DELETE", "/__log")
+        request_once(self.port, "DELETE", "/__log", tls=self._own_tls())
 
     def stop(self):
         if self.proc.poll() is None:
@@ -405,8 +418,8 @@ class Client:
         self.sock.close()
 
 
-def request_once(port, method, path, headers=None, body=b"", host="test.local", timeout=10):
-    c = Client(port, timeout=timeout)
+def request_once(port, method, path, headers=None, body=b"", host="test.local", timeout=10, tls=None):
+    c = Client(port, timeout=timeout, tls=tls)
     try:
         r = c.request(method, path, (headers or []) + [("Connection", "close")], body, host)
         return r.status, r.headers, r.body

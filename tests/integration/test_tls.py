@@ -230,5 +230,82 @@ class TlsTest(unittest.TestCase):
                 self.assertEqual(self.get(sg).status, 200)
 
 
+class UpstreamTlsTest(unittest.TestCase):
+    """clusters[].tls: TLS to the endpoints, verified by default."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.c = certs_mod.Certs()
+        cls.up_cert = cls.c.leaf("up", "up.test", ["up.test", "IP:127.0.0.1"])
+        cls.client = cls.c.leaf("gw", "stealgate-gateway", client=True)
+        cls.up = Upstream("secure", tls=cls.up_cert)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.up.stop()
+
+    def start(self, tls, up=None):
+        up = up or self.up
+        sg = Stealgate(config(
+            clusters=f"  - name: app\n    endpoints: [{up.address}]\n    tls: {{ {tls} }}\n",
+            routes="  - name: app\n    match: { path_prefix: / }\n    cluster: app\n"))
+        self.addCleanup(sg.stop)
+        return sg
+
+    def test_verified_by_name_with_sni(self):
+        sg = self.start(f"sni: up.test, ca: {self.c.ca}")
+        self.up.clear_log()
+        c = Client(sg.port)
+        for _ in range(5):  # one pooled TLS connection serves them all
+            self.assertEqual(c.request("GET", "/x").status, 200)
+        c.close()
+        log = self.up.log()
+        self.assertEqual({e["sni"] for e in log}, {"up.test"})
+        self.assertEqual(len({e["conn"] for e in log}), 1, "the pooled TLS connection was not reused")
+
+    def test_an_ip_endpoint_is_verified_against_the_certificates_addresses(self):
+        sg = self.start(f"ca: {self.c.ca}")
+        self.up.clear_log()
+        self.assertEqual(Client(sg.port).request("GET", "/ip").status, 200)
+        self.assertEqual([e["sni"] for e in self.up.log()], [None])  # no SNI for an IP literal
+
+    def test_a_certificate_for_another_name_or_from_an_unknown_ca_is_refused_with_a_reason(self):
+        for tls, why in ((f"sni: other.test, ca: {self.c.ca}", "hostname mismatch"),
+                         (f"sni: up.test, ca: {self.c.other_ca}", "unable to get local issuer certificate"),
+                         ("sni: up.test", "unable to get local issuer certificate")):  # the system store
+            with self.subTest(tls):
+                sg = self.start(tls)
+                r = Client(sg.port).request("GET", "/refused")
+                self.assertEqual(r.status, 502)
+                sg.wait_log(r"upstream TLS handshake with 127\.0\.0\.1:\d+ failed: certificate verify failed \(" + why)
+                self.assertGreaterEqual(sg.metric("stealgate_upstream_connect_errors_total", cluster="app"), 1)
+                sg.stop()
+
+    def test_health_checks_speak_tls(self):
+        sg = Stealgate(config(
+            clusters=(f"  - name: app\n    endpoints: [{self.up.address}]\n    tls: {{ sni: up.test, ca: {self.c.ca} }}\n"
+                      "    health_check: { path: /health, interval: 50ms, unhealthy_threshold: 1 }\n"),
+            routes="  - name: app\n    match: { path_prefix: / }\n    cluster: app\n"))
+        self.addCleanup(sg.stop)
+        self.up.clear_log()
+        sg.wait_for(lambda: sum(e["target"] == "/health" for e in self.up.log()) >= 3, 5 * TIMEOUT_SCALE,
+                    "no health checks reached the TLS upstream")
+        self.assertEqual({e["sni"] for e in self.up.log() if e["target"] == "/health"}, {"up.test"})
+        self.assertEqual(Client(sg.port).request("GET", "/after-checks").status, 200)  # still healthy
+
+    def test_verification_can_be_turned_off(self):
+        sg = self.start("sni: anything.test, verify: false")
+        self.assertEqual(Client(sg.port).request("GET", "/unverified").status, 200)
+
+    def test_a_client_certificate_for_an_upstream_that_requires_one(self):
+        strict = Upstream("strict", tls=self.up_cert + (self.c.ca,))
+        self.addCleanup(strict.stop)
+        without = self.start(f"sni: up.test, ca: {self.c.ca}", up=strict)
+        self.assertEqual(Client(without.port).request("GET", "/anonymous").status, 502)
+        with_cert = self.start(f"sni: up.test, ca: {self.c.ca}, cert: {self.client[0]}, key: {self.client[1]}", up=strict)
+        r = Client(with_cert.port).request("GET", "/with-cert")
+        self.assertEqual(r.status, 200, r.body)
+
+
 if __name__ == "__main__":
     main()

@@ -10,6 +10,7 @@ import json
 import os
 import socket
 import socketserver
+import ssl
 import struct
 import sys
 import threading
@@ -23,6 +24,7 @@ NAME = "upstream"
 DELAY_MS = 0       # --delay-ms: every echo response waits this long
 FAIL_STATUS = 0    # --fail-status: every echo response has this status
 KEEP_LOG = True    # --no-log: record nothing (long soak runs)
+TLS = None         # --tls-cert/--tls-key: an ssl.SSLContext; connections speak TLS
 
 
 class Conn:
@@ -108,6 +110,14 @@ def respond(sock, status, body=b"", headers=None, reason="OK"):
     sock.sendall(out)
 
 
+def tls_peer(sock):
+    """The client certificate's subject CN on a TLS connection, else None."""
+    if not isinstance(sock, ssl.SSLSocket):
+        return None
+    cert = sock.getpeercert()
+    return dict(x[0] for x in cert["subject"]).get("commonName") if cert else None
+
+
 def handle(conn, req, conn_id):
     s = conn.sock
     path, _, query = req["target"].partition("?")
@@ -116,7 +126,7 @@ def handle(conn, req, conn_id):
       with LOG_LOCK:
         LOG.append({"method": req["method"], "target": req["target"], "headers": req["headers"],
                     "body_len": len(req["body"] or b""), "trailers": req["trailers"], "conn": conn_id,
-                    "upstream": NAME})
+                    "upstream": NAME, "sni": getattr(s, "sni", None), "client_cert": tls_peer(s)})
     if path == "/__log":
         with LOG_LOCK:
             if req["method"] == "DELETE":
@@ -249,7 +259,13 @@ class Handler(socketserver.BaseRequestHandler):
     def handle(self):
         with CONN_LOCK:
             conn_id = next(CONN_IDS)
-        conn = Conn(self.request)
+        sock = self.request
+        if TLS is not None:
+            try:
+                sock = TLS.wrap_socket(sock, server_side=True)
+            except (ssl.SSLError, OSError):
+                return
+        conn = Conn(sock)
         try:
             while True:
                 req = conn.read_request()
@@ -276,7 +292,21 @@ def main():
     ap.add_argument("--delay-ms", type=int, default=0)
     ap.add_argument("--fail-status", type=int, default=0)
     ap.add_argument("--no-log", action="store_true")
+    ap.add_argument("--tls-cert")
+    ap.add_argument("--tls-key")
+    ap.add_argument("--tls-client-ca", help="require a client certificate from this CA")
     args = ap.parse_args()
+    global TLS
+    if args.tls_cert:
+        TLS = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        TLS.load_cert_chain(args.tls_cert, args.tls_key)
+
+        def remember_sni(sock, name, _ctx):
+            sock.sni = name
+        TLS.sni_callback = remember_sni
+        if args.tls_client_ca:
+            TLS.verify_mode = ssl.CERT_REQUIRED
+            TLS.load_verify_locations(args.tls_client_ca)
     KEEP_LOG = not args.no_log
     NAME = args.name
     DELAY_MS = args.delay_ms
