@@ -22,6 +22,13 @@ std::string openssl_reason() {
 
 constexpr unsigned char kSessionContext[] = "stealgate";
 
+// Fetched once: EVP_aes_256_cbc() in an EVP_*Init call is an implicit fetch (a locked name
+// lookup) on every ticket.
+const EVP_CIPHER* ticket_cipher() {
+  static EVP_CIPHER* const c = EVP_CIPHER_fetch(nullptr, "AES-256-CBC", nullptr);
+  return c;
+}
+
 int ticket_key_cb(SSL* s, unsigned char key_name[16], unsigned char* iv, EVP_CIPHER_CTX* cctx, EVP_MAC_CTX* hctx,
                   int enc) {
   auto* keys = static_cast<TicketKeys*>(SSL_CTX_get_app_data(SSL_get_SSL_CTX(s)));
@@ -31,11 +38,11 @@ int ticket_key_cb(SSL* s, unsigned char key_name[16], unsigned char* iv, EVP_CIP
     k = keys->current();
     std::memcpy(key_name, k.name.data(), k.name.size());
     if (RAND_bytes(iv, EVP_MAX_IV_LENGTH) != 1) return -1;
-    if (EVP_EncryptInit_ex(cctx, EVP_aes_256_cbc(), nullptr, k.aes.data(), iv) != 1) return -1;
+    if (EVP_EncryptInit_ex2(cctx, ticket_cipher(), k.aes.data(), iv, nullptr) != 1) return -1;
   } else {
     bool current = false;
     if (!keys->find(key_name, k, current)) return 0;  // unknown or retired: a full handshake
-    if (EVP_DecryptInit_ex(cctx, EVP_aes_256_cbc(), nullptr, k.aes.data(), iv) != 1) return -1;
+    if (EVP_DecryptInit_ex2(cctx, ticket_cipher(), k.aes.data(), iv, nullptr) != 1) return -1;
     result = current ? 1 : 2;  // 2: accepted, and the client gets a ticket under the new key
   }
   char digest[] = "SHA256";

@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# TLS termination benchmark: nginx and stealgate, same certificate (ECDSA P-256), same
+# plain backend (nginx, 1 worker), both proxies with 2 workers, in one interleaved run.
+# Not a test: it prints a table of req/s and proxy CPU per request, stealgate against nginx.
+#
+#   apt-get install -y nginx-light wrk   # once
+#   tests/bench/tls_bench.sh [build-release/src/stealgate]
+#   ROUNDS=3 DURATION=10 tests/bench/tls_bench.sh
+#
+# Scenarios:
+#   keepalive  wrk, 64 keep-alive HTTPS connections, small GETs
+#   full       wrk with "Connection: close": a new connection and a full handshake per
+#              request (wrk never resumes sessions)
+#   resumed    openssl s_time -reuse, 4 in parallel: a new connection per request, the
+#              session resumed from a ticket (what browsers and most clients do)
+# Everything listens on 127.0.0.1; every load run is bounded by DURATION seconds.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+SG=${1:-build-release/src/stealgate}
+ROUNDS=${ROUNDS:-3}
+DURATION=${DURATION:-10}
+for tool in nginx wrk openssl; do
+  command -v "$tool" >/dev/null || { echo "tls_bench: $tool is missing (apt-get install -y nginx-light wrk)"; exit 2; }
+done
+[[ -x "$SG" ]] || { echo "tls_bench: no stealgate binary at $SG (scripts/build-release.sh)"; exit 2; }
+
+work=$(mktemp -d /tmp/sg-tls-bench.XXXXXX)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+
+# One certificate for both (the CA is what clients would trust; the benchmark clients do
+# not verify, as wrk never does).
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$work/key.pem" -out "$work/cert.pem" \
+  -days 2 -subj /CN=localhost -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" 2>/dev/null
+
+BACKEND=19111 NGX=18441 SGP=18442 SGADMIN=19912
+mkdir -p "$work/nginx-backend" "$work/nginx-proxy"
+cat >"$work/nginx-backend/nginx.conf" <<EOF
+worker_processes 1; daemon off; pid $work/nginx-backend/pid; error_log $work/nginx-backend/error.log;
+events { worker_connections 4096; }
+http { access_log off; keepalive_requests 1000000;
+  server { listen 127.0.0.1:$BACKEND; location / { return 200 "hello\n"; } } }
+EOF
+cat >"$work/nginx-proxy/nginx.conf" <<EOF
+worker_processes 2; daemon off; pid $work/nginx-proxy/pid; error_log $work/nginx-proxy/error.log;
+events { worker_connections 8192; }
+http { access_log off; keepalive_requests 1000000;
+  upstream backend { server 127.0.0.1:$BACKEND; keepalive 256; }
+  ssl_session_cache shared:SSL:10m; ssl_session_tickets on; ssl_protocols TLSv1.2 TLSv1.3;
+  server { listen 127.0.0.1:$NGX ssl; ssl_certificate $work/cert.pem; ssl_certificate_key $work/key.pem;
+    location / { proxy_pass http://backend; proxy_http_version 1.1; proxy_set_header Connection ""; } } }
+EOF
+cat >"$work/stealgate.yaml" <<EOF
+runtime: { worker_threads: 2 }
+admin: { address: 127.0.0.1:$SGADMIN }
+listeners:
+  - name: tls
+    address: 127.0.0.1:$SGP
+    tls: { certificates: [ { cert: $work/cert.pem, key: $work/key.pem } ] }
+clusters:
+  - name: backend
+    endpoints: [127.0.0.1:$BACKEND]
+routes:
+  - name: all
+    match: { path_prefix: / }
+    cluster: backend
+logging: { access_log: { enabled: false }, level: warning }
+EOF
+
+nginx -c "$work/nginx-backend/nginx.conf" -p "$work/nginx-backend" & pids+=($!)
+nginx -c "$work/nginx-proxy/nginx.conf" -p "$work/nginx-proxy" & pids+=($!)
+"$SG" -c "$work/stealgate.yaml" >"$work/stealgate.log" 2>&1 & pids+=($!)
+sleep 1
+curl -skf "https://127.0.0.1:$NGX/" >/dev/null && curl -skf "https://127.0.0.1:$SGP/" >/dev/null ||
+  { echo "tls_bench: a server did not come up (see $work)"; exit 1; }
+
+# CPU seconds (user + system) used so far by the processes listening on a port: nginx's
+# master and workers, or stealgate.
+cpu_of() {
+  local port=$1 total=0 pid
+  for pid in $(ss -Htlnp "sport = :$port" | grep -o 'pid=[0-9]*' | cut -d= -f2 | sort -u); do
+    local t
+    t=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+    total=$((total + t))
+  done
+  echo "$total"
+}
+ticks=$(getconf CLK_TCK)
+
+# Runs one scenario against a port; prints "requests cpu_seconds".
+load() {
+  local scenario=$1 port=$2 out n
+  case $scenario in
+    keepalive) out=$(wrk -t2 -c64 -d"${DURATION}s" "https://127.0.0.1:$port/") ;;
+    full) out=$(wrk -t2 -c32 -d"${DURATION}s" -H "Connection: close" "https://127.0.0.1:$port/") ;;
+    resumed)
+      out=$(for i in 1 2 3 4; do
+              openssl s_time -connect "127.0.0.1:$port" -www / -time "$DURATION" -reuse 2>/dev/null &
+            done; wait) ;;
+  esac
+  case $scenario in
+    resumed) n=$(grep -o '^[0-9]* connections in [0-9.]*s' <<<"$out" | awk '{s += $1} END {print s + 0}') ;;
+    *) n=$(grep -o '[0-9]* requests in' <<<"$out" | awk '{print $1}') ;;
+  esac
+  echo "$n"
+}
+
+printf '%-10s %-9s %10s %12s\n' scenario server req/s "CPU us/req" >"$work/results.txt"
+for round in $(seq "$ROUNDS"); do
+  for scenario in keepalive full resumed; do
+    for target in nginx:$NGX stealgate:$SGP; do
+      name=${target%%:*} port=${target##*:}
+      c0=$(cpu_of "$port")
+      n=$(load "$scenario" "$port")
+      c1=$(cpu_of "$port")
+      python3 - "$scenario" "$name" "$n" "$((c1 - c0))" "$ticks" "$DURATION" >>"$work/results.txt" <<'PY'
+import sys
+scenario, name, n, cpu_ticks, hz, dur = sys.argv[1], sys.argv[2], int(sys.argv[3] or 0), int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6])
+us = cpu_ticks / hz * 1e6 / n if n else float("nan")
+print(f"{scenario:<10} {name:<9} {n / dur:10.0f} {us:12.1f}")
+PY
+    done
+  done
+done
+echo "round results ($work/results.txt):"
+cat "$work/results.txt"
+echo
+echo "medians of $ROUNDS rounds, stealgate against nginx:"
+python3 - "$work/results.txt" <<'PY'
+import statistics, sys
+rows = [l.split() for l in open(sys.argv[1]).read().splitlines()[1:] if l.strip()]
+by = {}
+for scen, name, rps, us in rows:
+    by.setdefault((scen, name), []).append((float(rps), float(us)))
+print(f"| scenario | nginx req/s | stealgate req/s | ratio | nginx CPU us/req | stealgate CPU us/req | ratio |")
+print("|---|---:|---:|---:|---:|---:|---:|")
+for scen in ("keepalive", "full", "resumed"):
+    n = by.get((scen, "nginx"), []); s = by.get((scen, "stealgate"), [])
+    if not n or not s:
+        continue
+    nr, sr = statistics.median(r for r, _ in n), statistics.median(r for r, _ in s)
+    nc, sc = statistics.median(c for _, c in n), statistics.median(c for _, c in s)
+    print(f"| {scen} | {nr:.0f} | {sr:.0f} | {sr / nr:.2f} | {nc:.1f} | {sc:.1f} | {sc / nc:.2f} |")
+PY
+curl -s "http://127.0.0.1:$SGADMIN/metrics" | grep -E '^stealgate_tls_handshakes_total' | grep -v ' 0$' || true
