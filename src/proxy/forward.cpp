@@ -193,7 +193,6 @@ exec::Task<bool> send_local(io::Stream& client, const std::string& bytes, const 
 
 exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routing::CompiledRoute& route,
                                   Downstream& down, RequestContext& ctx) {
-  (void)snap;
   http::RequestHead& req = down.reader.parser().request();
   const config::RouteSection& rcfg = *route.cfg;
   upstream::Cluster& cluster = *route.cluster;
@@ -240,10 +239,10 @@ exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routi
     ctx.status = status;
     gs.local_replies.fetch_add(1, std::memory_order_relaxed);
     LocalReply lr;
+    if (status == 503) lr = service_unavailable(snap.config->limits);
     lr.status = status;
     lr.close = close || !request_body_consumed;
     lr.head = req.is_head();
-    if (status == 503) lr.headers.emplace_back("Retry-After", "1");
     std::string bytes = render_local_reply(lr);
     down.release_admission();  // no upstream is involved any more
     bool ok = co_await send_local(down.client, bytes, down.listener);

@@ -31,4 +31,11 @@ std::string render_local_reply(const LocalReply& r) {
   return out;
 }
 
+LocalReply service_unavailable(const config::LimitsSection& limits) {
+  LocalReply lr;
+  lr.status = 503;
+  lr.headers.emplace_back("Retry-After", std::to_string(limits.retry_after_seconds));
+  return lr;
+}
+
 }  // namespace sg::proxy

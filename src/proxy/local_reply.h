@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "config/schema.h"
+
 namespace sg::proxy {
 
 struct LocalReply {
@@ -20,5 +22,9 @@ struct LocalReply {
 };
 
 std::string render_local_reply(const LocalReply& r);
+
+// A 503 with Retry-After from limits.retry_after (every 503 stealgate makes: admission,
+// no healthy endpoint, max_connections).
+LocalReply service_unavailable(const config::LimitsSection& limits);
 
 }  // namespace sg::proxy

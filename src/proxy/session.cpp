@@ -7,9 +7,9 @@
 #include <cstdint>
 
 #include "common/log.h"
-#include "exec/fast_rand.h"
 #include "http/serialize.h"
-#include "io/wait.h"
+#include "proxy/access_log.h"
+#include "proxy/admission.h"
 #include "proxy/exchange.h"
 #include "proxy/headers.h"
 #include "proxy/local_reply.h"
@@ -32,124 +32,6 @@ http::ParserLimits parser_limits(const config::ListenerSection& l) {
 std::string endpoint_text(const io::tcp::endpoint& ep) {
   std::string ip = ep.address().to_string();
   return ep.address().is_v6() ? "[" + ip + "]:" + std::to_string(ep.port()) : ip + ":" + std::to_string(ep.port());
-}
-
-// The access log's TLS fields: version, cipher, the requested name, resumption, and the
-// verified client certificate's subject.
-std::string tls_json(const io::TlsSummary& t) {
-  std::string out = ",\"tls\":{\"version\":" + log::json_quote(t.version) + ",\"cipher\":" + log::json_quote(t.cipher) +
-                    ",\"sni\":" + log::json_quote(t.sni) + ",\"resumed\":" + (t.resumed ? "true" : "false");
-  if (!t.peer_subject.empty()) out += ",\"client_subject\":" + log::json_quote(t.peer_subject);
-  return out + "}";
-}
-
-std::string tls_text(const io::TlsSummary& t) {
-  std::string out = " tls=" + std::string(t.version) + " sni=" + (t.sni.empty() ? "-" : t.sni) +
-                    (t.resumed ? " resumed" : "");
-  if (!t.peer_subject.empty()) out += " client=\"" + t.peer_subject + "\"";
-  return out;
-}
-
-void write_access_log(const RequestContext& c, const http::RequestHead& req, uint64_t duration_us) {
-  auto logger = log::access();
-  if (!logger) return;
-  if (log::access_json()) {
-    logger->info(
-        R"("client":{},"method":{},"target":{},"route":{},"cluster":{},"endpoint":{},"status":{},"bytes_in":{},"bytes_out":{},"duration_ms":{:.3f},"attempts":{},"request_id":{}{}{}}})",
-        log::json_quote(c.client), log::json_quote(req.method), log::json_quote(req.target),
-        log::json_quote(c.route), log::json_quote(c.cluster), log::json_quote(c.endpoint), c.status, c.bytes_in,
-        c.bytes_out, static_cast<double>(duration_us) / 1000.0, c.attempts, log::json_quote(c.request_id),
-        c.tls == nullptr ? std::string() : tls_json(*c.tls),
-        c.note.empty() ? std::string() : ",\"note\":" + log::json_quote(c.note));
-  } else {
-    logger->info("{} \"{} {} HTTP/1.{}\" {} {} route={} cluster={} endpoint={} {:.3f}ms attempts={} id={}{}{}{}",
-                 c.client, req.method, req.target, req.version_minor, c.status, c.bytes_out,
-                 c.route, c.cluster, c.endpoint, static_cast<double>(duration_us) / 1000.0, c.attempts, c.request_id,
-                 c.tls == nullptr ? std::string() : tls_text(*c.tls),
-                 c.note.empty() ? "" : " note=\"", c.note.empty() ? "" : c.note + "\"");
-  }
-}
-
-// Waits in an admission queue while watching the client: a client that disconnects while
-// queued leaves the queue (its wait ends as a timeout that the caller recognises).
-class QueueWait final : public exec::WaitTimeout {
- public:
-  QueueWait(io::Deadline dl, io::Stream& client) : dl_(dl), client_(client) {}
-  void arm(exec::Waker w) override {
-    io::arm_deadline(timer_, dl_, w.clone());
-    client_wait_.start(client_.tcp().socket(), io::Interest::kRead, std::move(w), io::kTagReady);
-  }
-  void cancel() override {
-    timer_.cancel();
-    client_wait_.cancel();
-  }
-
- private:
-  io::Deadline dl_;
-  exec::TimerEntry timer_;
-  io::ReadyWait client_wait_;
-  io::Stream& client_;
-};
-
-// A queue wait ends between 80% and 100% of queue_timeout, drawn per request. Requests
-// that queued together (a burst, or closed-loop clients that were refused together and
-// came straight back) would otherwise all time out in the same instant and return as one
-// wave again; the spread dissolves such waves within a few cycles.
-io::Clock::duration jittered_queue_timeout(io::Clock::duration timeout) {
-  thread_local exec::FastRand rand(static_cast<uint32_t>(io::Clock::now().time_since_epoch().count()));
-  // Drawn in microseconds: a fifth of any sane timeout fits in 32 bits (up to ~71 min).
-  const auto spread = std::chrono::duration_cast<std::chrono::microseconds>(timeout) / 5;
-  if (spread.count() <= 0 || spread.count() > UINT32_MAX) return timeout;
-  return timeout - std::chrono::microseconds(rand.below(static_cast<uint32_t>(spread.count())));
-}
-
-enum class Admit { kAdmitted, kQueueFull, kDisplaced, kTimeout, kShed, kClientGone };
-
-// Takes a permit from `sem` (if any), waiting in its queue until `queue_timeout`; while
-// `shedding`, refuses instead of waiting (see proxy/load_shedder.h).
-exec::Task<Admit> admit(exec::Semaphore* sem, exec::Semaphore::Permit& permit,
-                        io::Stream& client, io::Clock::duration queue_timeout, bool shedding,
-                        AdmissionStats& st) {
-  if (sem == nullptr) co_return Admit::kAdmitted;
-  if (sem->try_acquire()) {
-    permit = exec::Semaphore::Permit(sem);
-    co_return Admit::kAdmitted;
-  }
-  if (shedding) co_return Admit::kShed;
-  auto t0 = exec::tick_now();
-  io::Deadline dl{t0 + jittered_queue_timeout(queue_timeout)};
-  bool watch_client = true;
-  st.queued.fetch_add(1, std::memory_order_relaxed);
-  Admit out = Admit::kTimeout;
-  for (;;) {
-    exec::AcquireStatus s;
-    if (watch_client) {
-      QueueWait w(dl, client);
-      s = co_await sem->acquire(&w);
-    } else {
-      io::DeadlineTimeout w(dl);
-      s = co_await sem->acquire(&w);
-    }
-    if (s == exec::AcquireStatus::kAcquired) {
-      permit = exec::Semaphore::Permit(sem);
-      out = Admit::kAdmitted;
-      break;
-    }
-    if (s == exec::AcquireStatus::kQueueFull || s == exec::AcquireStatus::kDisplaced) {
-      out = s == exec::AcquireStatus::kQueueFull ? Admit::kQueueFull : Admit::kDisplaced;
-      break;
-    }
-    if (dl.expired()) break;  // queue timeout
-    // Woken early: the client closed, or sent more bytes (pipelining): keep waiting.
-    if (client.peer_closed()) {
-      out = Admit::kClientGone;
-      break;
-    }
-    watch_client = false;
-  }
-  st.queued.fetch_sub(1, std::memory_order_relaxed);
-  st.wait.observe(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(exec::tick_now() - t0).count()));
-  co_return out;
 }
 
 // Who is on the other end of a downstream connection.
@@ -241,52 +123,16 @@ exec::Task<Handled> handle_request(Gateway& gw, const std::shared_ptr<const Snap
   }
 
   // Admission: global, then route, then cluster. Rejections never touch an upstream.
-  const auto& lim = snap->config->limits;
-  AdmissionStats& ast = gs.admission;
-  exec::Semaphore::Permit permits[3];  // global, route, cluster
-  exec::Semaphore::Permit &global = permits[0], &per_route = permits[1], &per_cluster = permits[2];
-  struct Level {
-    exec::Semaphore* sem;
-    exec::Semaphore::Permit* permit;
-    Scope scope;
-  };
-  auto cl_it = snap->cluster_limits.find(route->cluster->name());
-  Level levels[] = {
-      {snap->global_limit.get(), &global, Scope::kGlobal},
-      {snap->route_limits[route->index].get(), &per_route, Scope::kRoute},
-      {cl_it == snap->cluster_limits.end() ? nullptr : cl_it->second.get(), &per_cluster, Scope::kCluster},
-  };
-  LoadShedder& shedder = gw.shedder();
-  const bool shedding = shedder.shedding();
-  const auto admission_start = exec::tick_now();
-  bool limited = false;
-  for (const Level& lv : levels) {
-    limited = limited || lv.sem != nullptr;
-    Admit a = co_await admit(lv.sem, *lv.permit, client, lim.queue_timeout, shedding, ast);
-    if (a == Admit::kAdmitted) continue;
-    if (a == Admit::kClientGone) {
-      ctx.note = "client closed while queued";
-      co_return Handled{false};
-    }
-    RejectReason why = a == Admit::kQueueFull || a == Admit::kDisplaced ? RejectReason::kQueueFull
-                       : a == Admit::kShed    ? RejectReason::kShed
-                                              : RejectReason::kQueueTimeout;
-    if (why == RejectReason::kShed) shedder.note_refused(exec::tick_now());
-    ast.reject(lv.scope, why);
-    LocalReply lr;
-    lr.status = 503;
-    lr.headers.emplace_back("Retry-After", std::to_string(lim.retry_after_seconds));
-    ctx.note = a == Admit::kDisplaced               ? "pushed out of a full admission queue by a newer request"
-               : why == RejectReason::kQueueFull ? "admission queue full"
-               : why == RejectReason::kShed    ? "shed (standing admission queue or scheduling delay)"
-                                               : "admission queue timeout";
-    co_return co_await local(lr);
+  exec::Semaphore::Permit permits[kAdmissionLevels];
+  Admission adm = co_await admit_request(gw, *snap, *route, client, permits);
+  if (adm.outcome == Admission::kClientGone) {
+    ctx.note = adm.note;
+    co_return Handled{false};
   }
-  if (limited) {
-    // The admitted request's queue sojourn (0 when every permit was free) drives the
-    // shedder's standing-queue detector.
-    auto now = exec::tick_now();
-    shedder.sojourn.observe(now - admission_start, now);
+  if (adm.outcome == Admission::kRefused) {
+    LocalReply lr = service_unavailable(snap->config->limits);
+    ctx.note = adm.note;
+    co_return co_await local(lr);
   }
   // Admitted: until its response is done, this task's wake-ups go ahead of new requests
   // (the priority lane, exec/context.h), so that under overload the permits cycle at the
@@ -309,13 +155,7 @@ exec::Task<void> refuse_request(Gateway& gw, const Snapshot& snap, const config:
   std::string bytes = render_local_reply(lr);
   co_await send_local(client, bytes, lcfg);
   snap.unrouted_stats->count("OTHER", status, 0);
-  if (auto l = log::access()) {
-    if (log::access_json()) {
-      l->info(R"("client":{},"status":{},"note":{}}})", log::json_quote(peer), status, log::json_quote(note));
-    } else {
-      l->info("{} \"-\" {} 0 note=\"{}\"", peer, status, note);
-    }
-  }
+  log_refused_request(peer, status, note);
 }
 
 // Normalizes the path and authority that routing will see (and the path that goes
@@ -483,15 +323,16 @@ exec::Task<void> accept_loop(Gateway& gw, std::shared_ptr<ListenerState> ls) {
     ls->stats.connections_total.fetch_add(1, std::memory_order_relaxed);
     if (static_cast<std::size_t>(ls->stats.connections_active.load()) >= max_conn) {
       ls->stats.rejected_max_connections.fetch_add(1, std::memory_order_relaxed);
-      // Over the connection limit: a quick 503 and close, off the accept loop.
-      std::shared_ptr<ListenerState> keep = ls;
+      // Over the connection limit: a quick 503 and close, off the accept loop. (On a TLS
+      // listener only a close: a 503 would cost the handshake the limit is there to spare.)
+      if (lcfg != nullptr && lcfg->tls) {
+        s.close();
+        continue;
+      }
+      LocalReply lr = service_unavailable(snap->config->limits);
+      lr.close = true;
       exec::spawn_detached(
-          [s = std::move(s), lcfg, keep]() mutable -> exec::Task<void> {
-        LocalReply lr;
-        lr.status = 503;
-        lr.close = true;
-        lr.headers.emplace_back("Retry-After", "1");
-        std::string bytes = render_local_reply(lr);
+          [s = std::move(s), bytes = render_local_reply(lr)]() mutable -> exec::Task<void> {
         co_await s.write_all(bytes, io::Deadline::after(1s));
         s.shutdown_write();
         s.close();
