@@ -32,10 +32,13 @@ struct RequestContext {
   std::string note;           // why stealgate answered itself / aborted
 };
 
+class DownstreamResponse;  // proxy/downstream.h
+
 // Everything forward() needs about the downstream side.
 struct Downstream {
   io::Stream& client;
   http::MessageReader& reader;  // the request head is parsed; its body is unread
+  DownstreamResponse& response;  // where the response goes, framed for the client's protocol
   const config::ListenerSection& listener;
   bool draining = false;
   // The request's admission permits (global, route, cluster). Given back once the upstream

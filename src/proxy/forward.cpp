@@ -1,25 +1,28 @@
-// One proxied exchange: pick an endpoint, get a connection (pooled or new), send the
-// request head, stream the request body, read the response head (relaying 1xx), stream the
-// response body back, then decide whether either connection can be reused.
+// The upstream exchange of one request, as phases. Before any attempt: prepare (which
+// upgrade may pass, the upstream request head, body bytes that came with the head). Then
+// each attempt on one endpoint: connect or reuse, send the head, wait for 100 Continue,
+// stream the body, read the response head (relaying 1xx), judge it, relay the response.
+// Each phase returns a Verdict, and run() alone acts on it: retries and replays are data,
+// decided where the failure is seen and carried out in one place.
 //
 // Failure policy:
-//   * connect failures: retried on another endpoint (nothing was sent), when configured;
-//   * a pooled connection that turns out dead before any response byte (write fails, or
-//     EOF): retried on a fresh connection once, for idempotent requests or when the
-//     failure hit before the request was fully sent;
+//   * connect failures (TCP or TLS): retried on another endpoint (nothing was sent), when
+//     configured, within the retry budget, without counting against retries.attempts;
+//   * a pooled connection that turns out dead before any response byte (write fails, EOF,
+//     or an idle-timeout 408): the request is replayed once on a new connection (not a
+//     retry), for idempotent requests or when nothing of a body was streamed;
 //   * 5xx / gateway errors / resets / timeouts: retried only for idempotent requests without
 //     a body, when configured, within the cluster's retry budget;
 //   * once a response byte went to the client, no retry: an upstream that dies mid-body
 //     makes us close the client connection (never a fake complete response).
-#include <array>
-#include <charconv>
-#include <cstring>
+#include <optional>
 
 #include "common/log.h"
-#include "http/serialize.h"
+#include "proxy/downstream.h"
 #include "proxy/exchange.h"
 #include "proxy/headers.h"
 #include "proxy/local_reply.h"
+#include "proxy/retry.h"
 
 namespace sg::proxy {
 
@@ -30,7 +33,6 @@ using namespace std::chrono_literals;
 // How long we wait for an upstream's 100 Continue before sending the body anyway (what
 // curl and others do when the next hop ignores Expect).
 constexpr auto kExpectContinueWait = 1s;
-const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
 
 std::string rewritten_target(const http::RequestHead& req, const config::RouteSection& r) {
   if (req.path == "*") return "*";
@@ -43,121 +45,6 @@ std::string rewritten_target(const http::RequestHead& req, const config::RouteSe
   }
   if (!req.query.empty()) path += "?" + req.query;
   return path;
-}
-
-// Writes decoded body pieces to `dst`, framed as chunks when `chunked`, after `prefix`
-// (a message head not sent yet) and before `suffix` (the last chunk), so that a small
-// response leaves in one gathered write instead of two or three.
-exec::Task<std::error_code> write_body(io::Stream& dst, std::string_view prefix,
-                                       std::span<const std::string_view> pieces, bool chunked,
-                                       std::string_view suffix, io::Deadline dl) {
-  constexpr std::size_t kGroup = 32;
-  std::array<std::string_view, kGroup * 3 + 2> bufs;
-  std::array<std::array<char, 20>, kGroup> size_lines;
-  for (std::size_t i = 0; i == 0 || i < pieces.size(); i += kGroup) {
-    std::size_t n = 0;
-    if (i == 0 && !prefix.empty()) bufs[n++] = prefix;
-    for (std::size_t k = i; k < pieces.size() && k < i + kGroup; ++k) {
-      std::string_view p = pieces[k];
-      if (p.empty()) continue;
-      if (chunked) {
-        std::string line;
-        http::append_chunk_size(line, p.size());
-        auto& sl = size_lines[k - i];
-        std::memcpy(sl.data(), line.data(), line.size());
-        bufs[n++] = std::string_view(sl.data(), line.size());
-        bufs[n++] = p;
-        bufs[n++] = "\r\n";
-      } else {
-        bufs[n++] = p;
-      }
-    }
-    if (i + kGroup >= pieces.size() && !suffix.empty()) bufs[n++] = suffix;
-    if (n == 0) continue;
-    if (auto ec = co_await dst.write_all(std::span<const std::string_view>(bufs.data(), n), dl)) co_return ec;
-  }
-  co_return std::error_code{};
-}
-
-std::string last_chunk(const http::HeaderMap& trailers, bool forward_trailers) {
-  std::string out = "0\r\n";
-  if (forward_trailers) {
-    for (const auto& t : trailers) {
-      // Never let a trailer smuggle framing or routing fields (RFC 9110 §6.5.1).
-      if (http::iequals(t.name, "content-length") || http::iequals(t.name, "transfer-encoding") ||
-          http::iequals(t.name, "host") || http::iequals(t.name, "connection") || http::iequals(t.name, "trailer")) {
-        continue;
-      }
-      out += t.name + ": " + t.value + "\r\n";
-    }
-  }
-  out += "\r\n";
-  return out;
-}
-
-bool retry_on(const config::RouteSection& r, config::RetryOn what) {
-  for (auto o : r.retries.on) {
-    if (o == what) return true;
-  }
-  return false;
-}
-
-// Retry budget (Envoy's): retries in flight may not exceed budget_percent of the requests
-// in flight, with a floor of min_retry_concurrency, so retries cannot amplify an outage.
-class RetryBudget {
- public:
-  RetryBudget(upstream::Cluster& c, const config::RetrySection& r) : c_(c), r_(r) {}
-  ~RetryBudget() {
-    if (holding_) c_.stats().retries_in_flight.fetch_sub(1, std::memory_order_relaxed);
-  }
-  bool try_take() {
-    auto& s = c_.stats();
-    int64_t active = s.active.load(std::memory_order_relaxed);
-    int64_t allowed = std::max<int64_t>(r_.min_retry_concurrency, active * r_.budget_percent / 100);
-    if (!holding_) {
-      if (s.retries_in_flight.fetch_add(1, std::memory_order_relaxed) + 1 > allowed) {
-        s.retries_in_flight.fetch_sub(1, std::memory_order_relaxed);
-        s.retries_budget_exhausted.fetch_add(1, std::memory_order_relaxed);
-        return false;
-      }
-      holding_ = true;
-    }
-    s.retries.fetch_add(1, std::memory_order_relaxed);
-    return true;
-  }
-
- private:
-  upstream::Cluster& c_;
-  const config::RetrySection& r_;
-  bool holding_ = false;
-};
-
-struct InFlight {
-  std::atomic<int64_t>& a;
-  explicit InFlight(std::atomic<int64_t>& x) : a(x) { a.fetch_add(1, std::memory_order_relaxed); }
-  ~InFlight() { a.fetch_sub(1, std::memory_order_relaxed); }
-};
-
-// Copies bytes one way until EOF, an error or `idle` without traffic. Used for tunnels.
-exec::Task<void> pump(io::Stream& from, io::Stream& to, std::chrono::milliseconds idle, uint64_t* bytes) {
-  std::array<char, 16 * 1024> buf;
-  for (;;) {
-    io::IoResult r = co_await from.read_some(buf, io::Deadline::after(idle));
-    if (r.ec || r.n == 0) break;
-    if (co_await to.write_all(std::string_view(buf.data(), r.n), io::Deadline::after(idle))) break;
-    if (bytes != nullptr) *bytes += r.n;
-  }
-  to.shutdown_write();
-}
-
-exec::Task<void> tunnel(io::Stream& client, io::Stream& up, std::string_view client_leftover,
-                        std::string_view up_leftover, std::chrono::milliseconds idle, RequestContext& ctx) {
-  if (!up_leftover.empty() && co_await client.write_all(up_leftover, io::Deadline::after(idle))) co_return;
-  if (!client_leftover.empty() && co_await up.write_all(client_leftover, io::Deadline::after(idle))) co_return;
-  // One direction in its own task, the other here; the second to finish ends the tunnel.
-  auto upstream_bound = exec::spawn(pump(client, up, idle, &ctx.bytes_in), {exec::TaskKind::kRequest, "upgrade tunnel"});
-  co_await pump(up, client, idle, &ctx.bytes_out);
-  co_await upstream_bound;
 }
 
 // A new connection to `ep` in `out`: TCP, then the TLS handshake when the cluster speaks
@@ -184,6 +71,484 @@ exec::Task<std::error_code> open_upstream(io::IoContext ioc, upstream::Cluster& 
   co_return std::error_code{};
 }
 
+// What a phase decided.
+enum class Next {
+  kGoOn,          // on to the next phase
+  kDone,          // the response was relayed (or the tunnel ended)
+  kReply,         // stealgate answers the client itself (status, close)
+  kAbort,         // the client is gone, or a response broke after it began: close the client
+  kRetry,         // another endpoint: a retry of a request an upstream may have seen
+  kConnectRetry,  // another endpoint after a connect failure (nothing was sent)
+  kReplay,        // the same request on a new connection: the pooled one was dead
+};
+
+struct Verdict {
+  Next next = Next::kGoOn;
+  int status = 0;      // kReply
+  bool close = false;  // kReply: close the client connection after it
+};
+
+Verdict go_on() { return {}; }
+Verdict then(Next n) { return {n, 0, false}; }
+Verdict reply_with(int status, bool close) { return {Next::kReply, status, close}; }
+
+// ctx.note is set where a verdict is made (no class-type temporaries into coroutines:
+// exec/coro.h).
+class Exchange {
+ public:
+  Exchange(Gateway& gw, const Snapshot& snap, const routing::CompiledRoute& route, Downstream& down,
+           RequestContext& ctx)
+      : gw_(gw),
+        snap_(snap),
+        rcfg_(*route.cfg),
+        cluster_(*route.cluster),
+        down_(down),
+        response_(down.response),
+        ctx_(ctx),
+        req_(down.reader.parser().request()),
+        idempotent_(is_idempotent(req_.method)),
+        has_body_(req_.body != http::BodyKind::kNone),
+        chunked_request_(req_.body == http::BodyKind::kChunked),
+        cluster_active_(cluster_.stats().active),
+        budget_(cluster_, rcfg_.retries),
+        max_attempts_(1 + rcfg_.retries.attempts),
+        request_body_consumed_(!has_body_) {
+    ctx_.cluster = cluster_.name();
+  }
+
+  exec::Task<ForwardResult> run();
+
+ private:
+  Verdict prepare();
+  exec::Task<ForwardResult> reply(int status, bool close);
+  bool can_retry(bool configured) {
+    return configured && attempt_ - connect_retries_ + 1 < max_attempts_ && budget_.try_take();
+  }
+
+  // One attempt on one endpoint, phase by phase.
+  exec::Task<Verdict> attempt();
+  exec::Task<Verdict> connect_or_reuse();
+  exec::Task<Verdict> send_head();
+  exec::Task<Verdict> await_continue();
+  exec::Task<Verdict> send_body();
+  exec::Task<Verdict> read_final_head();
+  Verdict judge_head_read();  // a response head that did not come, or a replayable 408
+  Verdict judge_final();      // 5xx retries, outlier accounting
+  exec::Task<Verdict> relay_response();
+
+  Gateway& gw_;
+  const Snapshot& snap_;
+  const config::RouteSection& rcfg_;
+  upstream::Cluster& cluster_;
+  Downstream& down_;
+  DownstreamResponse& response_;
+  RequestContext& ctx_;
+  http::RequestHead& req_;
+  const bool idempotent_;
+  const bool has_body_;
+  const bool chunked_request_;
+  InFlight cluster_active_;
+  RetryBudget budget_;
+  const uint32_t max_attempts_;
+
+  // The request's state across attempts.
+  bool request_body_consumed_;  // the client's body was read to its end
+  bool body_started_ = false;   // a body byte was streamed (the request cannot be replayed)
+  std::string upgrade_;         // the Upgrade value forwarded ("" = none)
+  std::string head_bytes_;      // the upstream request head
+  uint64_t hash_ = 0;           // ring_hash key
+  // Body bytes that arrived with the head go upstream in the same write as the head (and,
+  // when the whole body is here, with its last chunk). They stay valid views into the
+  // client reader until its next read, so a replay can still send them.
+  http::BodyRead early_body_;
+  std::string early_tail_;
+  uint32_t attempt_ = 0;
+  // Endpoints whose connect failed for this request, and how many attempts went to such
+  // retries: a connect failure never reached an upstream, so trying every other endpoint
+  // once is always safe (nginx's default too); it counts against the retry budget, not
+  // against `retries.attempts`, which bounds retries of requests an upstream has seen.
+  uint64_t connect_failed_ = 0;
+  uint32_t connect_retries_ = 0;
+  int exclude_ = -1;
+  bool fresh_only_ = false;  // a pooled connection just failed: use a new one
+
+  // The current attempt.
+  upstream::Endpoint* ep_ = nullptr;
+  int idx_ = -1;
+  bool reused_ = false;
+  bool replayable_ = false;  // could be resent on a new connection if this one was dead
+  io::Stream up_;
+  std::optional<http::MessageReader> up_reader_;
+  http::HeadRead hr_;
+  bool have_head_ = false;  // hr_ holds a head read that is still to be judged
+  bool upgraded_ = false;
+  exec::Clock::time_point sent_at_{};
+  bool head_time_recorded_ = false;
+};
+
+Verdict Exchange::prepare() {
+  bool upgrade_refused = false;
+  upgrade_ = allowed_upgrade(req_, rcfg_.upgrades, upgrade_refused);
+  if (upgrade_refused) gw_.stats().upgrades_refused.fetch_add(1, std::memory_order_relaxed);
+  if (upgrade_.empty()) down_.reader.parser().refuse_upgrade();
+  ForwardInfo info{ctx_.client_ip, ctx_.request_id, ctx_.tls != nullptr ? "https" : "http", upgrade_};
+  append_upstream_request_head(head_bytes_, req_, rewritten_target(req_, rcfg_), &rcfg_, info);
+
+  const config::ClusterSection& ccfg = cluster_.config();
+  if (ccfg.lb == config::LbPolicy::kRingHash) {
+    const std::string* hv = ccfg.hash_header.empty() ? nullptr : req_.headers.get(ccfg.hash_header);
+    hash_ = upstream::hash64(hv != nullptr ? std::string_view(*hv) : std::string_view(ctx_.client_ip));
+  }
+  if (!has_body_ || req_.expect_continue) return go_on();
+  // A small body that came with the head leaves with it: one write upstream, not two.
+  // (Not done for responses: upstreams tend to write head and body separately, and the
+  // extra read mostly found nothing: post16k measured one recv more, one sendmsg less.)
+  down_.reader.top_up(req_.body);
+  early_body_ = down_.reader.buffered_body();
+  if (early_body_.status != http::ReadStatus::kOk) {
+    int st = down_.reader.parser().error_status();
+    ctx_.note = "bad request body: " + down_.reader.parser().error_detail();
+    return reply_with(st != 0 ? st : 400, true);
+  }
+  for (auto c : early_body_.chunks) ctx_.bytes_in += c.size();
+  if (early_body_.done) {
+    request_body_consumed_ = true;
+    if (chunked_request_) early_tail_ = last_chunk(down_.reader.parser().trailers(), true);
+  }
+  return go_on();
+}
+
+exec::Task<ForwardResult> Exchange::reply(int status, bool close) {
+  ctx_.status = status;
+  gw_.stats().local_replies.fetch_add(1, std::memory_order_relaxed);
+  LocalReply lr;
+  if (status == 503) lr = service_unavailable(snap_.config->limits);
+  lr.status = status;
+  lr.close = close || !request_body_consumed_;
+  lr.head = req_.is_head();
+  down_.release_admission();  // no upstream is involved any more
+  const bool ok = co_await response_.send_local(lr);
+  co_return ForwardResult{ok && !lr.close};
+}
+
+exec::Task<ForwardResult> Exchange::run() {
+  if (Verdict v = prepare(); v.next == Next::kReply) co_return co_await reply(v.status, v.close);
+  for (;;) {
+    Verdict v = co_await attempt();
+    switch (v.next) {
+      case Next::kGoOn:
+      case Next::kDone:
+        co_return ForwardResult{response_.reusable()};
+      case Next::kReply:
+        co_return co_await reply(v.status, v.close);
+      case Next::kAbort:
+        co_return ForwardResult{false};
+      case Next::kReplay:
+        // The upstream never saw the request: the same attempt again, on a new connection.
+        up_.close();
+        fresh_only_ = true;
+        cluster_.stats().stale_replays.fetch_add(1, std::memory_order_relaxed);
+        break;
+      case Next::kConnectRetry:
+        ++connect_retries_;
+        exclude_ = idx_;
+        ++attempt_;
+        break;
+      case Next::kRetry:
+        exclude_ = idx_;
+        ++attempt_;
+        break;
+    }
+  }
+}
+
+exec::Task<Verdict> Exchange::attempt() {
+  ctx_.attempts = static_cast<int>(attempt_ + 1);
+  ep_ = cluster_.pick(upstream::PickContext{hash_, exclude_, connect_failed_}, &idx_);
+  if (ep_ == nullptr) {
+    ctx_.note = "no healthy upstream";
+    co_return reply_with(503, false);
+  }
+  ctx_.endpoint = ep_->name();
+  InFlight ep_active(ep_->active);
+  ep_->stats().requests.fetch_add(1, std::memory_order_relaxed);
+  gw_.stats().upstream_requests.fetch_add(1, std::memory_order_relaxed);
+  cluster_.stats().requests.fetch_add(1, std::memory_order_relaxed);
+
+  if (Verdict v = co_await connect_or_reuse(); v.next != Next::kGoOn) co_return v;
+  if (Verdict v = co_await send_head(); v.next != Next::kGoOn) co_return v;
+  http::ParserLimits up_limits;
+  up_limits.max_header_bytes = 64 * 1024;
+  up_limits.max_headers = 200;
+  up_reader_.reset();
+  up_reader_.emplace(up_, http::Parser::Mode::kResponse, up_limits);
+  up_reader_->parser().expect_no_body(req_.is_head());
+  have_head_ = false;
+  upgraded_ = false;
+  if (req_.expect_continue && has_body_ && !req_.is_http10()) {
+    if (Verdict v = co_await await_continue(); v.next != Next::kGoOn) co_return v;
+  }
+  if (has_body_ && !have_head_ && !request_body_consumed_) {
+    if (Verdict v = co_await send_body(); v.next != Next::kGoOn) co_return v;
+  }
+  if (Verdict v = co_await read_final_head(); v.next != Next::kGoOn) co_return v;
+  if (Verdict v = judge_final(); v.next != Next::kGoOn) co_return v;
+  co_return co_await relay_response();
+}
+
+exec::Task<Verdict> Exchange::connect_or_reuse() {
+  // Replayable on a new connection if this one was closed under it: a body must have come
+  // whole with the head (a streamed one cannot be resent).
+  replayable_ = (idempotent_ || !has_body_) && !body_started_ && request_body_consumed_;
+  std::optional<io::Stream> pooled = fresh_only_ ? std::nullopt : ep_->pool().acquire(replayable_);
+  fresh_only_ = false;
+  reused_ = pooled.has_value();
+  if (reused_) {
+    up_ = std::move(*pooled);
+    co_return go_on();
+  }
+  std::string why;
+  const std::error_code ec =
+      co_await open_upstream(gw_.runtime().context(), cluster_, *ep_, up_, cluster_.config().connect_timeout, why);
+  if (!ec) co_return go_on();
+  ep_->stats().connect_errors.fetch_add(1, std::memory_order_relaxed);
+  cluster_.stats().connect_errors.fetch_add(1, std::memory_order_relaxed);
+  gw_.stats().upstream_connect_errors.fetch_add(1, std::memory_order_relaxed);
+  cluster_.record_failure(*ep_);
+  connect_failed_ |= upstream::endpoint_bit(idx_);
+  if (!body_started_ && retry_on(rcfg_, config::RetryOn::kConnectFailure) && cluster_.has_available(connect_failed_) &&
+      budget_.try_take()) {
+    co_return then(Next::kConnectRetry);
+  }
+  ctx_.note = why;
+  co_return reply_with(ec == std::errc::timed_out ? 504 : 502, false);
+}
+
+exec::Task<Verdict> Exchange::send_head() {
+  sent_at_ = exec::tick_now();
+  head_time_recorded_ = false;
+  std::error_code ec = co_await write_body(up_, head_bytes_, early_body_.chunks, chunked_request_, early_tail_,
+                                           io::Deadline::after(rcfg_.timeout));
+  if (!ec) co_return go_on();
+  up_.close();
+  if (reused_ && !body_started_) co_return then(Next::kReplay);
+  cluster_.record_failure(*ep_);
+  ctx_.note = "upstream write failed: " + ec.message();
+  co_return reply_with(502, false);
+}
+
+// Expect: 100-continue: the upstream gets a moment to accept or refuse the body.
+exec::Task<Verdict> Exchange::await_continue() {
+  hr_ = co_await up_reader_->read_head(io::Deadline::after(kExpectContinueWait), rcfg_.timeout, &down_.client,
+                                       /*wait_first=*/true);
+  const bool timed_out = hr_.status == http::ReadStatus::kTimeout && !hr_.partial;
+  const bool said_continue = hr_.status == http::ReadStatus::kOk && up_reader_->parser().response().status == 100;
+  if (!timed_out && !said_continue) {
+    have_head_ = true;  // a final response (or an error) before the body: judged later
+    co_return go_on();
+  }
+  // The upstream said 100, or does not do 100-continue: the client may send its body.
+  if (!co_await response_.send_continue()) co_return then(Next::kAbort);
+  if (!said_continue) co_return go_on();
+  auto fin = co_await up_reader_->read_body(io::Deadline::after(rcfg_.timeout));  // completes the 1xx message
+  if (fin.status == http::ReadStatus::kOk) co_return go_on();
+  up_.close();
+  ctx_.note = "upstream broke after 100 Continue";
+  co_return reply_with(502, true);
+}
+
+// The request body that did not come with the head, streamed to the upstream.
+exec::Task<Verdict> Exchange::send_body() {
+  body_started_ = true;
+  for (;;) {
+    http::BodyRead br = co_await down_.reader.read_body(io::Deadline::after(down_.listener.body_timeout));
+    if (br.status != http::ReadStatus::kOk) {
+      up_.close();
+      if (br.status == http::ReadStatus::kTimeout) {
+        ctx_.note = "client body timeout";
+        co_return reply_with(408, true);
+      }
+      if (br.status == http::ReadStatus::kParseError) {
+        int st = down_.reader.parser().error_status();
+        ctx_.note = "bad request body: " + down_.reader.parser().error_detail();
+        co_return reply_with(st != 0 ? st : 400, true);
+      }
+      ctx_.note = "client closed during the request body";
+      co_return then(Next::kAbort);
+    }
+    for (auto c : br.chunks) ctx_.bytes_in += c.size();
+    if (co_await write_body(up_, {}, br.chunks, chunked_request_, {}, io::Deadline::after(rcfg_.timeout))) {
+      // The upstream stopped reading; it may have answered already (e.g. 413).
+      have_head_ = true;
+      hr_ = co_await up_reader_->read_head(io::Deadline::after(100ms), 100ms, nullptr);
+      if (hr_.status == http::ReadStatus::kOk) co_return go_on();
+      up_.close();
+      cluster_.record_failure(*ep_);
+      ctx_.note = "upstream closed while receiving the request body";
+      co_return reply_with(502, true);
+    }
+    if (!br.done) continue;
+    request_body_consumed_ = true;
+    if (!chunked_request_) co_return go_on();
+    std::string tail = last_chunk(down_.reader.parser().trailers(), true);
+    if (auto ec = co_await up_.write_all(tail, io::Deadline::after(rcfg_.timeout))) {
+      up_.close();
+      ctx_.note = "upstream write failed: " + ec.message();
+      co_return reply_with(502, true);
+    }
+    co_return go_on();
+  }
+}
+
+// Reads response heads until a final one (or a 101 the route allows), relaying 1xx.
+exec::Task<Verdict> Exchange::read_final_head() {
+  for (;;) {
+    if (!have_head_) {
+      // The request has just been sent: its response cannot be there yet.
+      hr_ = co_await up_reader_->read_head(io::Deadline::after(rcfg_.timeout), rcfg_.timeout, &down_.client,
+                                           /*wait_first=*/true);
+    }
+    have_head_ = false;
+    if (Verdict v = judge_head_read(); v.next != Next::kGoOn) co_return v;
+    http::ResponseHead& resp = up_reader_->parser().response();
+    if (!head_time_recorded_) {  // the first head (a 1xx counts: the upstream answered)
+      head_time_recorded_ = true;
+      cluster_.stats().response_head_time.observe(static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(exec::tick_now() - sent_at_).count()));
+    }
+    if (resp.status == 101) {
+      if (upgrade_matches(resp, upgrade_)) {
+        upgraded_ = true;
+        co_return go_on();
+      }
+      // A switch nobody asked for (or to a protocol the route does not allow): relaying
+      // it would hand the connection to a protocol that bypasses routing and limits.
+      up_.close();
+      gw_.stats().upgrades_unexpected.fetch_add(1, std::memory_order_relaxed);
+      cluster_.record_failure(*ep_);
+      ctx_.note = "upstream switched protocols without an allowed Upgrade";
+      co_return reply_with(502, true);
+    }
+    if (!resp.is_informational()) co_return go_on();
+    if (!co_await response_.send_interim(resp)) {
+      up_.close();
+      co_return then(Next::kAbort);
+    }
+    auto fin = co_await up_reader_->read_body(io::Deadline::after(rcfg_.timeout));
+    if (fin.status != http::ReadStatus::kOk) {
+      up_.close();
+      ctx_.note = "upstream broke after an interim response";
+      co_return reply_with(502, true);
+    }
+  }
+}
+
+Verdict Exchange::judge_head_read() {
+  switch (hr_.status) {
+    case http::ReadStatus::kOk:
+      if (reused_ && replayable_ && up_reader_->parser().response().status == 408) {
+        // A 408 on a reused connection is the upstream timing out the idle connection,
+        // sent before our request reached it (RFC 9110 15.5.9 lets the client repeat the
+        // request; Go's transport does the same).
+        return then(Next::kReplay);
+      }
+      return go_on();
+    case http::ReadStatus::kPeerGone:
+      up_.close();  // the client left: abandon the upstream exchange
+      ctx_.note = "client closed while waiting for the upstream";
+      return then(Next::kAbort);
+    case http::ReadStatus::kTimeout:
+      up_.close();
+      ep_->stats().timeouts.fetch_add(1, std::memory_order_relaxed);
+      cluster_.stats().timeouts.fetch_add(1, std::memory_order_relaxed);
+      gw_.stats().upstream_timeouts.fetch_add(1, std::memory_order_relaxed);
+      cluster_.record_failure(*ep_);
+      if (idempotent_ && !has_body_ && can_retry(retry_on(rcfg_, config::RetryOn::kTimeout))) return then(Next::kRetry);
+      ctx_.note = "upstream response timeout";
+      return reply_with(504, false);
+    case http::ReadStatus::kClosed:
+    case http::ReadStatus::kIoError:
+      up_.close();
+      if (reused_ && !hr_.partial && (idempotent_ || !has_body_) && !body_started_) return then(Next::kReplay);
+      cluster_.record_failure(*ep_);
+      if (idempotent_ && !has_body_ && !hr_.partial && can_retry(retry_on(rcfg_, config::RetryOn::kReset))) {
+        return then(Next::kRetry);
+      }
+      ctx_.note = "upstream closed the connection before responding";
+      return reply_with(502, false);
+    case http::ReadStatus::kParseError:
+      break;
+  }
+  up_.close();
+  cluster_.record_failure(*ep_);
+  ctx_.note = up_reader_->parser().error_detail();
+  return reply_with(502, false);
+}
+
+Verdict Exchange::judge_final() {
+  const http::ResponseHead& resp = up_reader_->parser().response();
+  // A final response to an Upgrade request: no switch, the client connection stays HTTP.
+  if (!upgraded_) down_.reader.parser().refuse_upgrade();
+  if (resp.status < 500) {
+    cluster_.record_success(*ep_);
+    return go_on();
+  }
+  ep_->stats().responses_5xx.fetch_add(1, std::memory_order_relaxed);
+  cluster_.record_failure(*ep_);
+  // 5xx retries: idempotent, bodiless requests only (a streamed body is gone).
+  const bool gw_err = resp.status == 502 || resp.status == 503 || resp.status == 504;
+  if (idempotent_ && !has_body_ &&
+      can_retry(retry_on(rcfg_, config::RetryOn::k5xx) || (gw_err && retry_on(rcfg_, config::RetryOn::kGatewayError)))) {
+    up_.close();
+    return then(Next::kRetry);
+  }
+  return go_on();
+}
+
+exec::Task<Verdict> Exchange::relay_response() {
+  const http::ResponseHead& resp = up_reader_->parser().response();
+  ctx_.status = resp.status;
+  if (upgraded_) {
+    co_await response_.switch_protocols(resp, up_, up_reader_->buffered(), ctx_);
+    up_.close();
+    co_return then(Next::kDone);
+  }
+  response_.start(resp, req_.keep_alive && request_body_consumed_ && !down_.draining && !gw_.draining());
+  for (http::BodyRead br = up_reader_->buffered_body();;) {
+    if (br.status != http::ReadStatus::kOk) {
+      // Mid-body failure: the client must not see a complete-looking response.
+      if (br.status == http::ReadStatus::kTimeout) {
+        gw_.stats().upstream_timeouts.fetch_add(1, std::memory_order_relaxed);
+        ctx_.note = "upstream body timeout";
+      } else {
+        ctx_.note = "upstream broke mid-body";
+      }
+      co_await response_.abandon();
+      up_.close();
+      co_return then(Next::kAbort);
+    }
+    for (auto c : br.chunks) ctx_.bytes_out += c.size();
+    if (br.done) down_.release_admission();  // the upstream is done: only the client write is left
+    if (co_await response_.send_body(br.chunks, br.done, up_reader_->parser().trailers())) {
+      up_.close();
+      if (!response_.head_sent()) ctx_.status = 0;
+      ctx_.note = response_.head_sent() ? "client write failed mid-body" : "client write failed";
+      co_return then(Next::kAbort);
+    }
+    if (br.done) break;
+    br = co_await up_reader_->read_body(io::Deadline::after(rcfg_.timeout));
+  }
+  // Reuse the upstream connection only after a cleanly framed exchange.
+  if (resp.keep_alive && resp.body != http::BodyKind::kUntilClose && request_body_consumed_ &&
+      !up_reader_->has_buffered()) {
+    up_reader_.reset();
+    ep_->pool().release(std::move(up_));
+  } else {
+    up_.close();
+  }
+  co_return then(Next::kDone);
+}
+
 }  // namespace
 
 exec::Task<bool> send_local(io::Stream& client, const std::string& bytes, const config::ListenerSection& l) {
@@ -193,451 +558,8 @@ exec::Task<bool> send_local(io::Stream& client, const std::string& bytes, const 
 
 exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routing::CompiledRoute& route,
                                   Downstream& down, RequestContext& ctx) {
-  http::RequestHead& req = down.reader.parser().request();
-  const config::RouteSection& rcfg = *route.cfg;
-  upstream::Cluster& cluster = *route.cluster;
-  const config::ClusterSection& ccfg = cluster.config();
-  ctx.cluster = cluster.name();
-  GatewayStats& gs = gw.stats();
-  io::IoContext ioc = gw.runtime().context();
-
-  const bool idempotent = is_idempotent(req.method);
-  const bool has_body = req.body != http::BodyKind::kNone;
-  const bool client_http10 = req.is_http10();
-  bool request_body_consumed = !has_body;  // the client's body was read to its end
-  bool body_started = false;               // a body byte was read (the request cannot be replayed)
-  bool sent_100 = false;                   // we (or the upstream via us) sent 100 Continue
-
-  bool upgrade_refused = false;
-  const std::string upgrade = allowed_upgrade(req, rcfg.upgrades, upgrade_refused);
-  if (upgrade_refused) gs.upgrades_refused.fetch_add(1, std::memory_order_relaxed);
-  if (upgrade.empty()) down.reader.parser().refuse_upgrade();
-  ForwardInfo info{ctx.client_ip, ctx.request_id, ctx.tls != nullptr ? "https" : "http", upgrade};
-  std::string head_bytes;
-  append_upstream_request_head(head_bytes, req, rewritten_target(req, rcfg), &rcfg, info);
-
-  uint64_t hash = 0;
-  if (ccfg.lb == config::LbPolicy::kRingHash) {
-    const std::string* hv = ccfg.hash_header.empty() ? nullptr : req.headers.get(ccfg.hash_header);
-    hash = upstream::hash64(hv != nullptr ? std::string_view(*hv) : std::string_view(ctx.client_ip));
-  }
-
-  InFlight cluster_active(cluster.stats().active);
-  RetryBudget budget(cluster, rcfg.retries);
-  const uint32_t max_attempts = 1 + rcfg.retries.attempts;
-  int exclude = -1;
-  // Endpoints whose connect failed for this request, and how many attempts went to such
-  // retries: a connect failure never reached an upstream, so trying every other endpoint
-  // once is always safe (nginx's default too); it counts against the retry budget, not
-  // against `retries.attempts`, which bounds retries of requests an upstream has seen.
-  uint64_t connect_failed = 0;
-  uint32_t connect_retries = 0;
-  bool fresh_only = false;  // a pooled connection just failed: use a new one
-
-  // ctx.note is set by the caller (no class-type temporaries into coroutines: exec/coro.h).
-  auto reply = [&](int status, bool close) -> exec::Task<ForwardResult> {
-    ctx.status = status;
-    gs.local_replies.fetch_add(1, std::memory_order_relaxed);
-    LocalReply lr;
-    if (status == 503) lr = service_unavailable(snap.config->limits);
-    lr.status = status;
-    lr.close = close || !request_body_consumed;
-    lr.head = req.is_head();
-    std::string bytes = render_local_reply(lr);
-    down.release_admission();  // no upstream is involved any more
-    bool ok = co_await send_local(down.client, bytes, down.listener);
-    co_return ForwardResult{ok && !lr.close};
-  };
-
-  // Body bytes that arrived with the head go upstream in the same write as the head (and,
-  // when the whole body is here, with its last chunk). They stay valid views into the
-  // client reader until its next read, so a retry can still replay them.
-  http::BodyRead early_body;
-  std::string early_tail;
-  const bool chunked_request = req.body == http::BodyKind::kChunked;
-  if (has_body && !req.expect_continue) {
-    // A small body that came with the head leaves with it: one write upstream, not two.
-    // (Not done for responses: upstreams tend to write head and body separately, and the
-    // extra read mostly found nothing: post16k measured one recv more, one sendmsg less.)
-    down.reader.top_up(req.body);
-    early_body = down.reader.buffered_body();
-    if (early_body.status != http::ReadStatus::kOk) {
-      int st = down.reader.parser().error_status();
-      ctx.note = "bad request body: " + down.reader.parser().error_detail();
-      co_return co_await reply(st != 0 ? st : 400, true);
-    }
-    for (auto c : early_body.chunks) ctx.bytes_in += c.size();
-    if (early_body.done) {
-      request_body_consumed = true;
-      if (chunked_request) early_tail = last_chunk(down.reader.parser().trailers(), true);
-    }
-  }
-
-  for (uint32_t attempt = 0;; ++attempt) {
-    ctx.attempts = static_cast<int>(attempt + 1);
-    int idx = -1;
-    upstream::Endpoint* ep = cluster.pick(upstream::PickContext{hash, exclude, connect_failed}, &idx);
-    if (ep == nullptr) {
-      ctx.note = "no healthy upstream";
-      co_return co_await reply(503, false);
-    }
-    ctx.endpoint = ep->name();
-    InFlight ep_active(ep->active);
-    ep->stats().requests.fetch_add(1, std::memory_order_relaxed);
-    gs.upstream_requests.fetch_add(1, std::memory_order_relaxed);
-    cluster.stats().requests.fetch_add(1, std::memory_order_relaxed);
-
-    auto can_retry = [&](bool cond) {
-      return cond && attempt - connect_retries + 1 < max_attempts && budget.try_take();
-    };
-
-    // --- connection ---
-    // Replayable on a new connection if this one was closed under it: the condition of the
-    // replay below (a body must have come whole with the head: a streamed one cannot be resent).
-    const bool replayable = (idempotent || !has_body) && !body_started && request_body_consumed;
-    std::optional<io::Stream> pooled = fresh_only ? std::nullopt : ep->pool().acquire(replayable);
-    fresh_only = false;
-    const bool reused = pooled.has_value();
-    io::Stream up;
-    // The reused connection turned out closed by the upstream before it answered: the same
-    // request goes out once more on a new connection (a replay, not a retry: the upstream
-    // never saw it). The caller continues with the next attempt.
-    auto replay_on_new_connection = [&] {
-      up.close();
-      fresh_only = true;
-      cluster.stats().stale_replays.fetch_add(1, std::memory_order_relaxed);
-      --attempt;
-    };
-    if (reused) {
-      up = std::move(*pooled);
-    } else {
-      std::string why;
-      std::error_code cec = co_await open_upstream(ioc, cluster, *ep, up, ccfg.connect_timeout, why);
-      if (cec) {
-        bool timed_out = cec == std::errc::timed_out;
-        ep->stats().connect_errors.fetch_add(1, std::memory_order_relaxed);
-        cluster.stats().connect_errors.fetch_add(1, std::memory_order_relaxed);
-        gs.upstream_connect_errors.fetch_add(1, std::memory_order_relaxed);
-        cluster.record_failure(*ep);
-        connect_failed |= upstream::endpoint_bit(idx);
-        if (!body_started && retry_on(rcfg, config::RetryOn::kConnectFailure) &&
-            cluster.has_available(connect_failed) && budget.try_take()) {
-          ++connect_retries;
-          exclude = idx;
-          continue;
-        }
-        ctx.note = why;
-        co_return co_await reply(timed_out ? 504 : 502, false);
-      }
-    }
-
-    // --- request head ---
-    const auto sent_at = exec::tick_now();
-    bool head_time_recorded = false;
-    io::Deadline send_dl = io::Deadline::after(rcfg.timeout);
-    if (auto ec = co_await write_body(up, head_bytes, early_body.chunks, chunked_request, early_tail, send_dl)) {
-      up.close();
-      if (reused && !body_started) {
-        replay_on_new_connection();
-        continue;
-      }
-      cluster.record_failure(*ep);
-      {
-        ctx.note = "upstream write failed: " + ec.message();
-        co_return co_await reply(502, false);
-      }
-    }
-
-    http::ParserLimits up_limits;
-    up_limits.max_header_bytes = 64 * 1024;
-    up_limits.max_headers = 200;
-    http::MessageReader up_reader(up, http::Parser::Mode::kResponse, up_limits);
-    up_reader.parser().expect_no_body(req.is_head());
-
-    // --- Expect: 100-continue: give the upstream a moment to accept or refuse ---
-    bool have_head = false;
-    http::HeadRead hr;
-    if (req.expect_continue && has_body && !client_http10) {
-      hr = co_await up_reader.read_head(io::Deadline::after(kExpectContinueWait), rcfg.timeout, &down.client,
-                                        /*wait_first=*/true);
-      if (hr.status == http::ReadStatus::kTimeout && !hr.partial) {
-        // The upstream does not do 100-continue: let the client send the body anyway.
-        if (!co_await send_local(down.client, kContinue, down.listener)) co_return ForwardResult{false};
-        sent_100 = true;
-      } else if (hr.status == http::ReadStatus::kOk && up_reader.parser().response().status == 100) {
-        if (!co_await send_local(down.client, kContinue, down.listener)) co_return ForwardResult{false};
-        sent_100 = true;
-        auto fin = co_await up_reader.read_body(io::Deadline::after(rcfg.timeout));  // completes the 1xx message
-        if (fin.status != http::ReadStatus::kOk) {
-          up.close();
-          {
-            ctx.note = "upstream broke after 100 Continue";
-            co_return co_await reply(502, true);
-          }
-        }
-      } else {
-        have_head = true;  // a final response (or an error) before the body: handled below
-      }
-    }
-
-    // --- request body (what did not come with the head) ---
-    if (has_body && !have_head && !request_body_consumed) {
-      body_started = true;
-      const bool chunked = chunked_request;
-      for (;;) {
-        http::BodyRead br = co_await down.reader.read_body(io::Deadline::after(down.listener.body_timeout));
-        if (br.status != http::ReadStatus::kOk) {
-          up.close();
-          if (br.status == http::ReadStatus::kTimeout) {
-            ctx.note = "client body timeout";
-            co_return co_await reply(408, true);
-          }
-          if (br.status == http::ReadStatus::kParseError) {
-            int st = down.reader.parser().error_status();
-            {
-              ctx.note = "bad request body: " + down.reader.parser().error_detail();
-              co_return co_await reply(st != 0 ? st : 400, true);
-            }
-          }
-          ctx.note = "client closed during the request body";
-          co_return ForwardResult{false};
-        }
-        for (auto c : br.chunks) ctx.bytes_in += c.size();
-        if (auto ec = co_await write_body(up, {}, br.chunks, chunked, {}, io::Deadline::after(rcfg.timeout))) {
-          // The upstream stopped reading; it may have answered already (e.g. 413).
-          have_head = true;
-          hr = co_await up_reader.read_head(io::Deadline::after(100ms), 100ms, nullptr);
-          if (hr.status != http::ReadStatus::kOk) {
-            up.close();
-            cluster.record_failure(*ep);
-            {
-              ctx.note = "upstream closed while receiving the request body";
-              co_return co_await reply(502, true);
-            }
-          }
-          break;
-        }
-        if (br.done) {
-          request_body_consumed = true;
-          if (chunked) {
-            std::string tail = last_chunk(down.reader.parser().trailers(), true);
-            if (auto ec = co_await up.write_all(tail, io::Deadline::after(rcfg.timeout))) {
-              up.close();
-              {
-                ctx.note = "upstream write failed: " + ec.message();
-                co_return co_await reply(502, true);
-              }
-            }
-          }
-          break;
-        }
-      }
-    }
-
-    // --- response head(s) ---
-    bool upgraded = false;
-    for (;;) {
-      if (!have_head) {
-        // The request has just been sent: its response cannot be there yet.
-        hr = co_await up_reader.read_head(io::Deadline::after(rcfg.timeout), rcfg.timeout, &down.client,
-                                          /*wait_first=*/true);
-      }
-      have_head = false;
-      if (hr.status == http::ReadStatus::kPeerGone) {
-        up.close();  // the client left: abandon the upstream exchange
-        ctx.note = "client closed while waiting for the upstream";
-        co_return ForwardResult{false};
-      }
-      if (hr.status == http::ReadStatus::kTimeout) {
-        up.close();
-        ep->stats().timeouts.fetch_add(1, std::memory_order_relaxed);
-        cluster.stats().timeouts.fetch_add(1, std::memory_order_relaxed);
-        gs.upstream_timeouts.fetch_add(1, std::memory_order_relaxed);
-        cluster.record_failure(*ep);
-        if (idempotent && !has_body && can_retry(retry_on(rcfg, config::RetryOn::kTimeout))) {
-          exclude = idx;
-          goto next_attempt;
-        }
-        {
-          ctx.note = "upstream response timeout";
-          co_return co_await reply(504, false);
-        }
-      }
-      if (hr.status == http::ReadStatus::kClosed || hr.status == http::ReadStatus::kIoError) {
-        up.close();
-        if (reused && !hr.partial && (idempotent || !has_body) && !body_started) {
-          replay_on_new_connection();
-          goto next_attempt;
-        }
-        cluster.record_failure(*ep);
-        if (idempotent && !has_body && !hr.partial && can_retry(retry_on(rcfg, config::RetryOn::kReset))) {
-          exclude = idx;
-          goto next_attempt;
-        }
-        {
-          ctx.note = "upstream closed the connection before responding";
-          co_return co_await reply(502, false);
-        }
-      }
-      if (hr.status == http::ReadStatus::kOk && reused && replayable && up_reader.parser().response().status == 408) {
-        // A 408 on a reused connection is the upstream timing out the idle connection, sent
-        // before our request reached it (RFC 9110 15.5.9 lets the client repeat the request;
-        // Go's transport does the same): replay once on a new connection.
-        replay_on_new_connection();
-        goto next_attempt;
-      }
-      if (hr.status == http::ReadStatus::kParseError) {
-        up.close();
-        cluster.record_failure(*ep);
-        {
-          ctx.note = up_reader.parser().error_detail();
-          co_return co_await reply(502, false);
-        }
-      }
-      http::ResponseHead& resp = up_reader.parser().response();
-      if (!head_time_recorded) {  // the first head (a 1xx counts: the upstream answered)
-        head_time_recorded = true;
-        cluster.stats().response_head_time.observe(static_cast<uint64_t>(
-            std::chrono::duration_cast<std::chrono::nanoseconds>(exec::tick_now() - sent_at).count()));
-      }
-      if (resp.status == 101) {
-        if (upgrade_matches(resp, upgrade)) {
-          upgraded = true;
-          break;
-        }
-        // A switch nobody asked for (or to a protocol the route does not allow): relaying
-        // it would hand the connection to a protocol that bypasses routing and limits.
-        up.close();
-        gs.upgrades_unexpected.fetch_add(1, std::memory_order_relaxed);
-        cluster.record_failure(*ep);
-        ctx.note = "upstream switched protocols without an allowed Upgrade";
-        co_return co_await reply(502, true);
-      }
-      if (resp.is_informational()) {
-        // Relay 1xx to HTTP/1.1 clients (never to 1.0 ones); we already sent our own 100.
-        if (!client_http10 && !(resp.status == 100 && sent_100)) {
-          std::string h;
-          http::HeaderMap fields = resp.headers;
-          strip_hop_by_hop(fields);
-          http::append_response_head(h, 1, resp.status, resp.reason, fields);
-          if (!co_await send_local(down.client, h, down.listener)) {
-            up.close();
-            co_return ForwardResult{false};
-          }
-        }
-        auto fin = co_await up_reader.read_body(io::Deadline::after(rcfg.timeout));
-        if (fin.status != http::ReadStatus::kOk) {
-          up.close();
-          {
-            ctx.note = "upstream broke after an interim response";
-            co_return co_await reply(502, true);
-          }
-        }
-        continue;
-      }
-      break;
-    }
-
-    {
-      http::ResponseHead& resp = up_reader.parser().response();
-      // A final response to an Upgrade request: no switch, the client connection stays HTTP.
-      if (!upgraded) down.reader.parser().refuse_upgrade();
-      // 5xx retries (idempotent, bodiless requests only: a streamed body is gone).
-      if (resp.status >= 500 && idempotent && !has_body) {
-        bool gw_err = resp.status == 502 || resp.status == 503 || resp.status == 504;
-        if (can_retry(retry_on(rcfg, config::RetryOn::k5xx) ||
-                      (gw_err && retry_on(rcfg, config::RetryOn::kGatewayError)))) {
-          ep->stats().responses_5xx.fetch_add(1, std::memory_order_relaxed);
-          cluster.record_failure(*ep);
-          up.close();
-          exclude = idx;
-          goto next_attempt;
-        }
-      }
-      if (resp.status >= 500) {
-        ep->stats().responses_5xx.fetch_add(1, std::memory_order_relaxed);
-        cluster.record_failure(*ep);
-      } else {
-        cluster.record_success(*ep);
-      }
-
-      // --- response to the client ---
-      ctx.status = resp.status;
-      const bool bodiless = resp.body == http::BodyKind::kNone;
-      const bool chunked_up = resp.body == http::BodyKind::kChunked;
-      const bool until_close = resp.body == http::BodyKind::kUntilClose;
-      // Re-frame for the client: chunked stays chunked for 1.1; a close-delimited body is
-      // chunked for 1.1 clients and close-delimited for 1.0 ones.
-      const bool chunked_down = !upgraded && !bodiless && !client_http10 && (chunked_up || until_close);
-      bool client_keep = !upgraded && req.keep_alive && !client_http10 && request_body_consumed &&
-                         !down.draining && !gw.draining() && !(client_http10 && !bodiless);
-      std::string head;
-      append_client_response_head(head, resp, resp.reason.empty() ? http::reason_phrase(resp.status) : resp.reason,
-                                  &rcfg, chunked_down, !client_keep, upgraded);
-      if (upgraded) {
-        if (auto ec = co_await down.client.write_all(head, io::Deadline::after(down.listener.send_timeout))) {
-          up.close();
-          ctx.status = 0;
-          ctx.note = "client write failed";
-          co_return ForwardResult{false};
-        }
-        std::string_view client_left = down.reader.buffered();
-        std::string_view up_left = up_reader.buffered();
-        co_await tunnel(down.client, up, client_left, up_left, down.listener.idle_timeout, ctx);
-        up.close();
-        co_return ForwardResult{false};
-      }
-
-      // The head leaves at once, together with whatever body bytes arrived with it (and
-      // the last chunk, when that arrived too): one write for a small response. A body
-      // still on its way never holds the head back (streaming responses).
-      bool upstream_clean = true;
-      bool head_sent = false;
-      for (http::BodyRead br = up_reader.buffered_body();;) {
-        if (br.status != http::ReadStatus::kOk) {
-          // Mid-body failure: the client must not see a complete-looking response.
-          upstream_clean = false;
-          if (br.status == http::ReadStatus::kTimeout) {
-            gs.upstream_timeouts.fetch_add(1, std::memory_order_relaxed);
-            ctx.note = "upstream body timeout";
-          } else {
-            ctx.note = "upstream broke mid-body";
-          }
-          if (!head_sent) (void)co_await down.client.write_all(head, io::Deadline::after(down.listener.send_timeout));
-          up.close();
-          co_return ForwardResult{false};
-        }
-        for (auto c : br.chunks) ctx.bytes_out += c.size();
-        std::string tail;
-        if (br.done && chunked_down) tail = last_chunk(up_reader.parser().trailers(), chunked_up);
-        if (br.done) down.release_admission();  // the upstream is done: only the client write is left
-        if (!head_sent || !br.chunks.empty() || !tail.empty()) {
-          if (auto ec = co_await write_body(down.client, head_sent ? std::string_view{} : head, br.chunks,
-                                            chunked_down, tail, io::Deadline::after(down.listener.send_timeout))) {
-            up.close();
-            if (!head_sent) ctx.status = 0;
-            ctx.note = head_sent ? "client write failed mid-body" : "client write failed";
-            co_return ForwardResult{false};
-          }
-          head_sent = true;
-        }
-        if (br.done) break;
-        br = co_await up_reader.read_body(io::Deadline::after(rcfg.timeout));
-      }
-
-      // Reuse the upstream connection only after a cleanly framed exchange.
-      bool up_reusable = upstream_clean && resp.keep_alive && !until_close && request_body_consumed &&
-                         !up_reader.has_buffered();
-      if (up_reusable) {
-        ep->pool().release(std::move(up));
-      } else {
-        up.close();
-      }
-      co_return ForwardResult{client_keep && !until_close};
-    }
-
-  next_attempt:;
-  }
+  Exchange ex(gw, snap, route, down, ctx);
+  co_return co_await ex.run();
 }
 
 }  // namespace sg::proxy

@@ -10,6 +10,7 @@
 #include "http/serialize.h"
 #include "proxy/access_log.h"
 #include "proxy/admission.h"
+#include "proxy/downstream.h"
 #include "proxy/exchange.h"
 #include "proxy/headers.h"
 #include "proxy/local_reply.h"
@@ -139,7 +140,8 @@ exec::Task<Handled> handle_request(Gateway& gw, const std::shared_ptr<const Snap
   // upstream's pace instead of waiting behind the run queue.
   exec::set_current_task_priority(true);
 
-  Downstream down{client, reader, lcfg, gw.draining(), permits};
+  Http1Response response(client, reader, lcfg, r);
+  Downstream down{client, reader, response, lcfg, gw.draining(), permits};
   ForwardResult fr = co_await forward(gw, *snap, *route, down, ctx);
   co_return Handled{fr.client_reusable};
 }
