@@ -1,0 +1,98 @@
+// The compiled route table, from YAML through the real loader: first match in file order,
+// host exact and wildcard (port ignored, case-insensitive), path exact/prefix/regex,
+// methods, headers, query parameters and listeners.
+#include "routing/route_table.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "config/loader.h"
+
+namespace sg::routing {
+namespace {
+
+class Routes : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto r = config::load_string(R"(
+listeners:
+  - { name: public, address: "127.0.0.1:0" }
+  - { name: internal, address: "127.0.0.1:0" }
+clusters:
+  - { name: app, endpoints: ["127.0.0.1:9000"] }
+routes:
+  - { name: admin-host, match: { host: admin.example.com }, direct_response: { status: 200 } }
+  - { name: wild, match: { host: "*.example.com", path_prefix: /w/ }, direct_response: { status: 200 } }
+  - { name: exact, match: { path: /exact }, direct_response: { status: 200 } }
+  - { name: regex, match: { path_regex: "/items/[0-9]+" }, direct_response: { status: 200 } }
+  - { name: posts, match: { path_prefix: /api/, methods: [POST] }, cluster: app }
+  - { name: beta, match: { path_prefix: /api/, headers: [ { name: x-beta, value: "1" } ] }, cluster: app }
+  - { name: query, match: { path_prefix: /api/, query: [ { name: v, value: "2" } ] }, cluster: app }
+  - { name: internal, match: { path_prefix: /, listener: [internal] }, cluster: app }
+  - { name: api, match: { path_prefix: /api/ }, cluster: app }
+)");
+    ASSERT_TRUE(r.ok()) << r.error_text();
+    cfg_ = r.config;
+    std::string error;
+    auto cl = upstream::Cluster::build(cfg_->clusters[0], nullptr, 1, error);
+    ASSERT_TRUE(cl.ok()) << error;
+    clusters_.push_back(*cl);
+    auto t = RouteTable::build(*cfg_, clusters_, error);
+    ASSERT_TRUE(t.ok()) << error;
+    table_ = std::move(*t);
+  }
+
+  std::string route(std::string method, std::string host, std::string path, std::string query = "",
+                    std::string listener = "public", std::vector<std::pair<std::string, std::string>> headers = {}) {
+    http::RequestHead req;
+    req.method = std::move(method);
+    req.authority = std::move(host);
+    req.path = std::move(path);
+    req.query = std::move(query);
+    for (auto& [k, v] : headers) req.headers.add(k, v);
+    const CompiledRoute* r = table_.match(req, listener);
+    return r == nullptr ? "-" : r->cfg->name;
+  }
+
+  std::shared_ptr<const config::Config> cfg_;
+  std::vector<std::shared_ptr<upstream::Cluster>> clusters_;
+  RouteTable table_;
+};
+
+TEST_F(Routes, HostsExactAndWildcardWithoutPort) {
+  EXPECT_EQ(route("GET", "admin.example.com", "/anything"), "admin-host");
+  EXPECT_EQ(route("GET", "admin.example.com:8443", "/anything"), "admin-host");
+  EXPECT_EQ(route("GET", "a.example.com", "/w/x"), "wild");
+  EXPECT_EQ(route("GET", "example.com", "/w/x"), "-") << "a wildcard needs a label in front";
+}
+
+TEST_F(Routes, PathsExactPrefixAndRegex) {
+  EXPECT_EQ(route("GET", "h", "/exact"), "exact");
+  EXPECT_EQ(route("GET", "h", "/exact/more"), "-");
+  EXPECT_EQ(route("GET", "h", "/items/42"), "regex");
+  EXPECT_EQ(route("GET", "h", "/items/42x"), "-") << "a regex matches the whole path";
+}
+
+TEST_F(Routes, FirstMatchInFileOrderWithMethodsHeadersAndQuery) {
+  EXPECT_EQ(route("POST", "h", "/api/x"), "posts");
+  EXPECT_EQ(route("GET", "h", "/api/x", "", "public", {{"X-Beta", "1"}}), "beta");
+  EXPECT_EQ(route("GET", "h", "/api/x", "a=1&v=2"), "query");
+  EXPECT_EQ(route("GET", "h", "/api/x", "v=3"), "api");
+  EXPECT_EQ(route("GET", "h", "/api/x"), "api");
+}
+
+TEST_F(Routes, ListenerScopedRoutes) {
+  EXPECT_EQ(route("GET", "h", "/other", "", "internal"), "internal");
+  EXPECT_EQ(route("GET", "h", "/other", "", "public"), "-");
+}
+
+TEST(RouteHelpers, HostWithoutPortAndQueryParam) {
+  EXPECT_EQ(host_without_port("Example.com:8080"), "Example.com");
+  EXPECT_EQ(host_without_port("[::1]:80"), "[::1]");
+  EXPECT_EQ(query_param("a=1&b=2", "b"), "2");
+  EXPECT_FALSE(query_param("a=1", "b").has_value());
+}
+
+}  // namespace
+}  // namespace sg::routing

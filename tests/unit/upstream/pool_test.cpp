@@ -1,0 +1,128 @@
+// The per-worker idle pool of upstream connections (upstream/conn_pool.h), on a real
+// runtime and socket pairs: a released connection comes back on its worker; one the
+// upstream closed is never handed out when it must be checked, and reap() lets it go; an
+// expired one is dropped; the idle bound holds.
+#include "upstream/conn_pool.h"
+
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+
+#include "io/runtime.h"
+
+namespace sg::upstream {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct Pair {
+  io::Stream stream;
+  int peer = -1;
+};
+
+Pair make_pair(io::Runtime& rt) {
+  int sv[2];
+  EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+  auto s = io::Socket::adopt(rt.context(), sv[0]);
+  EXPECT_TRUE(s.ok());
+  return Pair{io::Stream(io::TcpStream(std::move(*s))), sv[1]};
+}
+
+exec::RuntimeConfig one_worker() {
+  exec::RuntimeConfig c;
+  c.worker_threads = 1;
+  return c;
+}
+
+TEST(ConnPool, AReleasedConnectionComesBackOnItsWorker) {
+  io::Runtime rt(one_worker());
+  ConnPool pool(PoolOptions{8, 60s, 1});
+  Pair p = make_pair(rt);
+  const int fd = p.stream.tcp().native_handle();
+  auto h = rt.spawn([&]() -> exec::Task<std::string> {
+    pool.release(std::move(p.stream));
+    if (pool.idle() != 1) co_return "not pooled";
+    std::optional<io::Stream> got = pool.acquire(/*replayable=*/false);
+    if (!got) co_return "not handed back";
+    if (got->tcp().native_handle() != fd) co_return "another connection";
+    co_return pool.acquire(false) ? "handed out twice" : "ok";
+  });
+  EXPECT_EQ(h.wait(), "ok");
+  ::close(p.peer);
+}
+
+TEST(ConnPool, AConnectionTheUpstreamClosedIsNeverCheckedOut) {
+  io::Runtime rt(one_worker());
+  ConnPool pool(PoolOptions{8, 60s, 1});
+  Pair p = make_pair(rt);
+  auto h = rt.spawn([&]() -> exec::Task<std::string> {
+    pool.release(std::move(p.stream));
+    ::close(p.peer);  // the upstream closes it while it idles
+    if (pool.acquire(/*replayable=*/false)) co_return "a closed connection was handed out";
+    co_return pool.stale() == 1 ? "ok" : "not counted as stale";
+  });
+  EXPECT_EQ(h.wait(), "ok");
+}
+
+TEST(ConnPool, UnsolicitedBytesMakeAConnectionStale) {
+  io::Runtime rt(one_worker());
+  ConnPool pool(PoolOptions{8, 60s, 1});
+  Pair p = make_pair(rt);
+  auto h = rt.spawn([&]() -> exec::Task<std::string> {
+    pool.release(std::move(p.stream));
+    // An upstream's 408 before closing would otherwise pass for the next response.
+    (void)::send(p.peer, "HTTP/1.1 408 x\r\n\r\n", 18, 0);
+    co_return pool.acquire(false) ? "handed out with bytes waiting" : "ok";
+  });
+  EXPECT_EQ(h.wait(), "ok");
+  ::close(p.peer);
+}
+
+TEST(ConnPool, ReapLetsGoOfClosedAndExpiredConnections) {
+  io::Runtime rt(one_worker());
+  ConnPool pool(PoolOptions{8, 50ms, 1});
+  Pair closed = make_pair(rt), live = make_pair(rt);
+  auto h = rt.spawn([&]() -> exec::Task<std::string> {
+    pool.release(std::move(closed.stream));
+    pool.release(std::move(live.stream));
+    ::close(closed.peer);
+    if (pool.reap() != 1) co_return "the closed one was not reaped";
+    if (pool.reaped_stale() != 1 || pool.idle() != 1) co_return "wrong counts after the first reap";
+    co_await exec::sleep_for(80ms);
+    if (pool.reap() != 1 || pool.idle() != 0) co_return "the expired one was not reaped";
+    co_return "ok";
+  });
+  EXPECT_EQ(h.wait(), "ok");
+  ::close(live.peer);
+}
+
+TEST(ConnPool, KeepsAtMostMaxIdle) {
+  io::Runtime rt(one_worker());
+  ConnPool pool(PoolOptions{2, 60s, 1});
+  std::vector<Pair> pairs;
+  for (int i = 0; i < 3; ++i) pairs.push_back(make_pair(rt));
+  auto h = rt.spawn([&]() -> exec::Task<std::size_t> {
+    for (auto& p : pairs) pool.release(std::move(p.stream));
+    co_return pool.idle();
+  });
+  EXPECT_EQ(h.wait(), 2u);
+  for (auto& p : pairs) ::close(p.peer);
+}
+
+TEST(ConnPool, OffTheWorkersNothingIsPooled) {
+  io::Runtime rt(one_worker());
+  ConnPool pool(PoolOptions{8, 60s, 1});
+  Pair p = make_pair(rt);
+  pool.release(std::move(p.stream));  // this thread is no worker: closed, not pooled
+  EXPECT_EQ(pool.idle(), 0u);
+  EXPECT_FALSE(pool.acquire(false).has_value());
+  char c;
+  EXPECT_EQ(::recv(p.peer, &c, 1, 0), 0) << "the connection was not closed";
+  ::close(p.peer);
+}
+
+}  // namespace
+}  // namespace sg::upstream
