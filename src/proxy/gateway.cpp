@@ -102,6 +102,21 @@ void Gateway::publish_listeners() {
   listener_list_.store(std::move(v));
 }
 
+std::string Gateway::build_listener_tls(const config::Config& cfg, Snapshot& snap) {
+  for (const auto& l : cfg.listeners) {
+    if (!l.tls) continue;
+    const std::string key = listener_key(l);
+    std::shared_ptr<tls::TicketKeys>& keys = ticket_keys_[key];
+    if (!keys) keys = std::make_shared<tls::TicketKeys>(l.tls->ticket_key_rotation);
+    keys->set_rotation(l.tls->ticket_key_rotation);
+    std::string why;
+    auto tc = tls::ServerContext::build(*l.tls, keys, why);
+    if (!tc) return "listener " + l.name + ": " + why;
+    snap.tls_by_key[key] = std::move(tc);
+  }
+  return {};
+}
+
 std::string Gateway::build_snapshot(std::shared_ptr<const config::Config> cfg, std::shared_ptr<Snapshot>& out) {
   auto snap = std::make_shared<Snapshot>();
   snap->config = cfg;
@@ -121,17 +136,7 @@ std::string Gateway::build_snapshot(std::shared_ptr<const config::Config> cfg, s
     if (!built.ok()) return err;
     snap->clusters.push_back(std::move(*built));
   }
-  for (const auto& l : cfg->listeners) {
-    if (!l.tls) continue;
-    const std::string key = listener_key(l);
-    std::shared_ptr<tls::TicketKeys>& keys = ticket_keys_[key];
-    if (!keys) keys = std::make_shared<tls::TicketKeys>(l.tls->ticket_key_rotation);
-    keys->set_rotation(l.tls->ticket_key_rotation);
-    std::string why;
-    auto tc = tls::ServerContext::build(*l.tls, keys, why);
-    if (!tc) return "listener " + l.name + ": " + why;
-    snap->tls_by_key[key] = std::move(tc);
-  }
+  if (std::string err = build_listener_tls(*cfg, *snap); !err.empty()) return err;
   std::string err;
   auto table = routing::RouteTable::build(*cfg, snap->clusters, err);
   if (!table.ok()) return err;

@@ -124,6 +124,8 @@ class Gateway {
 
  private:
   std::string build_snapshot(std::shared_ptr<const config::Config> cfg, std::shared_ptr<Snapshot>& out);
+  // TLS listeners' contexts (certificates, SNI, ticket keys kept across reloads).
+  std::string build_listener_tls(const config::Config& cfg, Snapshot& snap);
   std::string bind_listener(const config::ListenerSection& l, std::shared_ptr<ListenerState>& out);
   void start_accepting(const std::shared_ptr<ListenerState>& ls);
   void stop_listener(const std::shared_ptr<ListenerState>& ls);
