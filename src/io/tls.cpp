@@ -34,6 +34,8 @@ constexpr std::size_t kGatherBelow = 2048;
 // Write buffers that grew past this are given back after the write (an idle connection
 // should not keep the biggest response it ever sent).
 constexpr std::size_t kKeepCapacity = 16 * 1024;
+// Memory BIOs whose buffer grew past this are replaced when empty (shed_buffers_locked).
+constexpr std::size_t kKeepBio = 1024;
 
 std::string_view kind_of(unsigned long e) {
   if (ERR_GET_LIB(e) != ERR_LIB_SSL) return "other";
@@ -107,6 +109,27 @@ void TlsLayer::take_output_locked() {
   out_.resize(at + n);
   const int got = BIO_read(out_bio_, out_.data() + at, static_cast<int>(n));
   out_.resize(at + static_cast<std::size_t>(std::max(got, 0)));
+}
+
+void TlsLayer::shed_buffers_locked() {
+  // A memory BIO keeps the largest buffer it ever held; an empty one is swapped for a
+  // fresh one so that an idle connection does not keep its handshake's or its biggest
+  // read's ciphertext buffer (the SSL frees the old BIO).
+  auto fresh = [] {
+    BIO* b = BIO_new(BIO_s_mem());
+    BIO_set_mem_eof_return(b, -1);
+    return b;
+  };
+  BUF_MEM* bm = nullptr;
+  if (BIO_ctrl_pending(in_) == 0 && BIO_get_mem_ptr(in_, &bm) == 1 && bm != nullptr && bm->max > kKeepBio) {
+    in_ = fresh();
+    SSL_set0_rbio(ssl_, in_);
+  }
+  bm = nullptr;
+  if (BIO_ctrl_pending(out_bio_) == 0 && BIO_get_mem_ptr(out_bio_, &bm) == 1 && bm != nullptr && bm->max > kKeepBio) {
+    out_bio_ = fresh();
+    SSL_set0_wbio(ssl_, out_bio_);
+  }
 }
 
 void TlsLayer::feed(std::span<const char> bytes) {
@@ -184,7 +207,14 @@ exec::Task<std::error_code> TlsLayer::handshake(TcpStream& sock, Deadline dl) {
     }
     feed(buf.first(r.n));
   }
-  scratch_.reset();  // reads after the handshake use the caller's buffers
+  // What only the handshake needed goes: the scratch (reads now use the caller's buffers),
+  // the flight's output buffer, the BIOs' handshake-sized buffers.
+  scratch_.reset();
+  std::string().swap(out_);
+  {
+    std::lock_guard g(mu_);
+    shed_buffers_locked();
+  }
   co_return std::error_code{};
 }
 
@@ -209,6 +239,7 @@ exec::Task<IoResult> TlsLayer::read_some(TcpStream& sock, std::span<char> buf, D
     {
       std::lock_guard g(mu_);
       got = read_plain(ssl_, buf, reason_, failure_kind_);
+      if (!got) shed_buffers_locked();  // all ciphertext taken: likely to idle now
     }
     if (got) co_return *got;
     std::span<char> cipher = scratch(buf);

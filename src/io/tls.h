@@ -14,6 +14,7 @@
 // refused (SSL_OP_NO_RENEGOTIATION), so reads never need to write to make progress.
 #pragma once
 
+#include <openssl/buffer.h>
 #include <openssl/ssl.h>
 
 #include <memory>
@@ -91,6 +92,8 @@ class TlsLayer {
   explicit TlsLayer(SSL* ssl);
   // Moves what OpenSSL wrote into out_ (mu_ held).
   void take_output_locked();
+  // Replaces empty memory BIOs that grew big (mu_ held).
+  void shed_buffers_locked();
   // Feeds ciphertext to OpenSSL.
   void feed(std::span<const char> bytes);
   // Scratch for ciphertext when the caller's buffer is small.

@@ -9,8 +9,9 @@
 #
 # Scenarios:
 #   keepalive  wrk, 64 keep-alive HTTPS connections, small GETs
-#   full       wrk with "Connection: close": a new connection and a full handshake per
-#              request (wrk never resumes sessions)
+#   full       openssl s_time -new, 4 in parallel: a new connection and a full handshake
+#              per request (not wrk: with "Connection: close" it resumes about half of
+#              its connections)
 #   resumed    openssl s_time -reuse, 4 in parallel: a new connection per request, the
 #              session resumed from a ticket (what browsers and most clients do)
 # Everything listens on 127.0.0.1; every load run is bounded by DURATION seconds.
@@ -93,14 +94,15 @@ load() {
   local scenario=$1 port=$2 out n
   case $scenario in
     keepalive) out=$(wrk -t2 -c64 -d"${DURATION}s" "https://127.0.0.1:$port/") ;;
-    full) out=$(wrk -t2 -c32 -d"${DURATION}s" -H "Connection: close" "https://127.0.0.1:$port/") ;;
-    resumed)
+    full | resumed)
+      local mode=-new
+      [[ $scenario == resumed ]] && mode=-reuse
       out=$(for i in 1 2 3 4; do
-              openssl s_time -connect "127.0.0.1:$port" -www / -time "$DURATION" -reuse 2>/dev/null &
+              openssl s_time -connect "127.0.0.1:$port" -www / -time "$DURATION" $mode 2>/dev/null &
             done; wait) ;;
   esac
   case $scenario in
-    resumed) n=$(grep -o '^[0-9]* connections in [0-9.]*s' <<<"$out" | awk '{s += $1} END {print s + 0}') ;;
+    full | resumed) n=$(grep -o '^[0-9]* connections in [0-9.]*s' <<<"$out" | awk '{s += $1} END {print s + 0}') ;;
     *) n=$(grep -o '[0-9]* requests in' <<<"$out" | awk '{print $1}') ;;
   esac
   echo "$n"
