@@ -1,5 +1,7 @@
 #include "proxy/admission.h"
 
+#include <array>
+
 #include "exec/fast_rand.h"
 #include "io/wait.h"
 
@@ -91,20 +93,50 @@ exec::Task<Admit> admit(exec::Semaphore* sem, exec::Semaphore::Permit& permit,
 
 }  // namespace
 
+namespace {
+
+struct Level {
+  exec::Semaphore* sem;  // null: no limit at this level
+  Scope scope;
+};
+
+std::array<Level, kAdmissionLevels> levels_of(const Snapshot& snap, const routing::CompiledRoute& route) {
+  auto cl_it = snap.cluster_limits.find(route.cluster->name());
+  return {{
+      {snap.global_limit.get(), Scope::kGlobal},
+      {snap.route_limits[route.index].get(), Scope::kRoute},
+      {cl_it == snap.cluster_limits.end() ? nullptr : cl_it->second.get(), Scope::kCluster},
+  }};
+}
+
+}  // namespace
+
+bool admit_at_once(Gateway& gw, const Snapshot& snap, const routing::CompiledRoute& route,
+                   std::span<exec::Semaphore::Permit, kAdmissionLevels> permits) {
+  bool limited = false;
+  const auto levels = levels_of(snap, route);
+  for (std::size_t i = 0; i < kAdmissionLevels; ++i) {
+    exec::Semaphore* sem = levels[i].sem;
+    if (sem == nullptr) continue;
+    limited = true;
+    if (!sem->try_acquire()) {
+      for (auto& p : permits) p.reset();  // admit_request starts over, in order
+      return false;
+    }
+    permits[i] = exec::Semaphore::Permit(sem);
+  }
+  if (limited) {
+    const auto now = exec::tick_now();
+    gw.shedder().sojourn.observe(exec::Clock::duration::zero(), now);  // no queue sojourn
+  }
+  return true;
+}
+
 exec::Task<Admission> admit_request(Gateway& gw, const Snapshot& snap, const routing::CompiledRoute& route,
                                     io::Stream& client, std::span<exec::Semaphore::Permit, kAdmissionLevels> permits) {
   const auto& lim = snap.config->limits;
   AdmissionStats& ast = gw.stats().admission;
-  struct Level {
-    exec::Semaphore* sem;
-    Scope scope;
-  };
-  auto cl_it = snap.cluster_limits.find(route.cluster->name());
-  const Level levels[kAdmissionLevels] = {
-      {snap.global_limit.get(), Scope::kGlobal},
-      {snap.route_limits[route.index].get(), Scope::kRoute},
-      {cl_it == snap.cluster_limits.end() ? nullptr : cl_it->second.get(), Scope::kCluster},
-  };
+  const auto levels = levels_of(snap, route);
   LoadShedder& shedder = gw.shedder();
   const bool shedding = shedder.shedding();
   const auto admission_start = exec::tick_now();

@@ -23,6 +23,10 @@ struct Admission {
   std::string note;  // why it was refused, for the access log
 };
 
+// The common case without a coroutine frame: every level has a free permit (or no limit).
+// Fills `permits` and returns true; otherwise takes nothing and admit_request must wait.
+bool admit_at_once(Gateway& gw, const Snapshot& snap, const routing::CompiledRoute& route,
+                   std::span<exec::Semaphore::Permit, kAdmissionLevels> permits);
 // Fills `permits` (one per level, empty where a level has no limit) or refuses. Counts
 // rejections and queue waits (AdmissionStats) and feeds the load shedder.
 exec::Task<Admission> admit_request(Gateway& gw, const Snapshot& snap, const routing::CompiledRoute& route,

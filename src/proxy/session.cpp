@@ -125,15 +125,17 @@ exec::Task<Handled> handle_request(Gateway& gw, const std::shared_ptr<const Snap
 
   // Admission: global, then route, then cluster. Rejections never touch an upstream.
   exec::Semaphore::Permit permits[kAdmissionLevels];
-  Admission adm = co_await admit_request(gw, *snap, *route, client, permits);
-  if (adm.outcome == Admission::kClientGone) {
-    ctx.note = adm.note;
-    co_return Handled{false};
-  }
-  if (adm.outcome == Admission::kRefused) {
-    LocalReply lr = service_unavailable(snap->config->limits);
-    ctx.note = adm.note;
-    co_return co_await local(lr);
+  if (!admit_at_once(gw, *snap, *route, permits)) {
+    Admission adm = co_await admit_request(gw, *snap, *route, client, permits);
+    if (adm.outcome == Admission::kClientGone) {
+      ctx.note = adm.note;
+      co_return Handled{false};
+    }
+    if (adm.outcome == Admission::kRefused) {
+      LocalReply lr = service_unavailable(snap->config->limits);
+      ctx.note = adm.note;
+      co_return co_await local(lr);
+    }
   }
   // Admitted: until its response is done, this task's wake-ups go ahead of new requests
   // (the priority lane, exec/context.h), so that under overload the permits cycle at the
