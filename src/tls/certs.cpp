@@ -26,13 +26,6 @@ struct Free {
 template <class T>
 using Owned = std::unique_ptr<T, Free>;
 
-std::string openssl_reason() {
-  const unsigned long e = ERR_get_error();
-  ERR_clear_error();
-  if (e == 0) return "no PEM data found";
-  const char* r = ERR_reason_error_string(e);
-  return r != nullptr ? r : "unknown OpenSSL error";
-}
 
 // Opens `file` for reading, or says why not (the errno text: "No such file or directory").
 Owned<BIO> open_file(const std::string& file, std::string& why) {
@@ -44,7 +37,7 @@ Owned<BIO> open_file(const std::string& file, std::string& why) {
   errno = 0;
   Owned<BIO> b(BIO_new_file(file.c_str(), "r"));
   if (!b) {
-    why = file + ": cannot read: " + (errno != 0 ? std::strerror(errno) : openssl_reason());
+    why = file + ": cannot read: " + (errno != 0 ? std::strerror(errno) : openssl_reason("no PEM data found"));
     ERR_clear_error();
   }
   return b;
@@ -109,11 +102,11 @@ std::string check_certificate(const std::string& cert_file, const std::string& k
   Owned<BIO> cb = open_file(cert_file, why);
   if (!cb) return why;
   Owned<X509> leaf(PEM_read_bio_X509(cb.get(), nullptr, nullptr, nullptr));
-  if (!leaf) return cert_file + ": not a PEM certificate (" + openssl_reason() + ")";
+  if (!leaf) return cert_file + ": not a PEM certificate (" + openssl_reason("no PEM data found") + ")";
   Owned<BIO> kb = open_file(key_file, why);
   if (!kb) return why;
   Owned<EVP_PKEY> key(PEM_read_bio_PrivateKey(kb.get(), nullptr, nullptr, nullptr));
-  if (!key) return key_file + ": not a PEM private key (" + openssl_reason() + ")";
+  if (!key) return key_file + ": not a PEM private key (" + openssl_reason("no PEM data found") + ")";
   if (X509_check_private_key(leaf.get(), key.get()) != 1) {
     ERR_clear_error();
     return key_file + ": the private key does not match the certificate in " + cert_file;
@@ -151,6 +144,14 @@ std::string check_ciphers(const std::string& list, bool tls13) {
                                                          : "OpenSSL knows (e.g. ECDHE-ECDSA-AES128-GCM-SHA256)");
   }
   return {};
+}
+
+std::string openssl_reason(std::string_view when_none) {
+  const unsigned long e = ERR_get_error();
+  ERR_clear_error();
+  const char* r = e != 0 ? ERR_reason_error_string(e) : nullptr;
+  if (r != nullptr) return r;
+  return std::string(e == 0 ? when_none : "unknown OpenSSL error");
 }
 
 bool name_matches(const std::string& pattern, const std::string& name) {

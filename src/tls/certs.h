@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace sg::tls {
@@ -23,6 +24,10 @@ std::string check_certificate(const std::string& cert_file, const std::string& k
 std::string check_ca_file(const std::string& file);
 // An OpenSSL cipher list (TLS 1.2) or TLS 1.3 ciphersuite list: "" or why it is refused.
 std::string check_ciphers(const std::string& list, bool tls13);
+
+// The reason of the first error OpenSSL queued on this thread (and the queue cleared), or
+// `when_none` when it queued none.
+std::string openssl_reason(std::string_view when_none = "unknown OpenSSL error");
 
 // Whether `name` (a lower-case host name) is matched by certificate name `pattern`: equal,
 // or "*.example.com" matching exactly one label in front of "example.com".

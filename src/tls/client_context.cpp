@@ -2,16 +2,11 @@
 
 #include <openssl/err.h>
 
+#include "tls/certs.h"
+
 namespace sg::tls {
 
 namespace {
-std::string openssl_reason() {
-  const unsigned long e = ERR_get_error();
-  ERR_clear_error();
-  const char* r = e != 0 ? ERR_reason_error_string(e) : nullptr;
-  return r != nullptr ? r : "unknown OpenSSL error";
-}
-
 constexpr unsigned char kAlpn[] = "\x08http/1.1";
 }  // namespace
 

@@ -13,13 +13,6 @@ namespace sg::tls {
 
 namespace {
 
-std::string openssl_reason() {
-  const unsigned long e = ERR_get_error();
-  ERR_clear_error();
-  const char* r = e != 0 ? ERR_reason_error_string(e) : nullptr;
-  return r != nullptr ? r : "unknown OpenSSL error";
-}
-
 constexpr unsigned char kSessionContext[] = "stealgate";
 
 // Fetched once: EVP_aes_256_cbc() in an EVP_*Init call is an implicit fetch (a locked name
