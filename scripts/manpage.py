@@ -49,7 +49,8 @@ def help_sections(help_text):
 def table_rows(rows):
     """A key | default | meaning table as tagged paragraphs."""
     out = []
-    cells = [[c.strip() for c in r.strip().strip("|").split("|")] for r in rows]
+    # A cell's own '|' is written "\\|" (the generated key tables escape it).
+    cells = [[c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", r.strip().strip("|"))] for r in rows]
     header, body = cells[0], cells[2:]
     for row in body:
         out.append(".TP")
@@ -76,6 +77,8 @@ def markdown(md):
     while i < len(lines):
         text = lines[i]
         if text.startswith("# "):  # the document title: the section heading replaces it
+            i += 1
+        elif text.startswith("<!--"):  # a marker around a generated table
             i += 1
         elif text.startswith("#"):
             flush()

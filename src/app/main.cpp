@@ -355,6 +355,9 @@ int main(int argc, char** argv) {
       std::cout << config::to_yaml(*r.config);
       return 0;
     }
+    case app::Options::Mode::kConfigReference:
+      std::cout << config::config_reference();
+      return 0;
     case app::Options::Mode::kRun:
       break;
   }

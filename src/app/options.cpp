@@ -3,7 +3,7 @@
 namespace sg::app {
 
 std::string usage() {
-  return "Usage: stealgate [--config FILE] [--check-config [FILE]] [--print-config] [--version] [--help]\n"
+  return "Usage: stealgate [--config FILE] [--check-config [FILE]] [--print-config] [--config-reference] [--version] [--help]\n"
          "\n"
          "An HTTP/1.1 reverse proxy and API gateway on a work-stealing executor.\n"
          "\n"
@@ -11,6 +11,7 @@ std::string usage() {
          "  -c, --config FILE         configuration file (default /etc/stealgate/stealgate.yaml)\n"
          "  -t, --check-config [FILE] validate the configuration and exit (0 = valid, 1 = invalid)\n"
          "      --print-config        print the effective configuration (defaults resolved) and exit\n"
+         "      --config-reference    print every configuration key with its default and meaning\n"
          "  -v, --version             print the version and exit\n"
          "  -h, --help                print this help and exit\n"
          "\n"
@@ -55,6 +56,8 @@ bool parse_options(const std::vector<std::string>& args, Options& out, std::stri
       }
     } else if (a == "--print-config") {
       out.mode = Options::Mode::kPrintConfig;
+    } else if (a == "--config-reference") {
+      out.mode = Options::Mode::kConfigReference;
     } else {
       error = "unknown option '" + a + "'";
       return false;

@@ -7,7 +7,7 @@
 namespace sg::app {
 
 struct Options {
-  enum class Mode { kRun, kCheckConfig, kPrintConfig, kHelp, kVersion } mode = Mode::kRun;
+  enum class Mode { kRun, kCheckConfig, kPrintConfig, kConfigReference, kHelp, kVersion } mode = Mode::kRun;
   std::string config_path = "/etc/stealgate/stealgate.yaml";
   bool config_given = false;
 };

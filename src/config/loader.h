@@ -42,4 +42,9 @@ bool is_field_name(std::string_view name);
 // admin /config endpoint.
 std::string to_yaml(const Config& c);
 
+// The reference of every key (name, default, meaning) as markdown tables, each between
+// `<!-- config table: NAME -->` and `<!-- end of config table -->`: the blocks that
+// config/README.md holds (scripts/config-reference.py copies them in; a unit test compares).
+std::string config_reference();
+
 }  // namespace sg::config

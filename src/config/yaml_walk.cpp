@@ -306,4 +306,50 @@ bool MapView::read_strings(std::string_view key, std::vector<std::string>& out) 
   return ok;
 }
 
+std::string format_duration(Duration d) {
+  const auto ms = d.count();
+  if (ms == 0) return "0";
+  if (ms % 3'600'000 == 0) return std::to_string(ms / 3'600'000) + "h";
+  if (ms % 60'000 == 0) return std::to_string(ms / 60'000) + "m";
+  if (ms % 1000 == 0) return std::to_string(ms / 1000) + "s";
+  return std::to_string(ms) + "ms";
+}
+
+std::string format_size(uint64_t bytes) {
+  if (bytes == 0) return "0";
+  for (auto [shift, unit] : {std::pair{30, "GiB"}, std::pair{20, "MiB"}, std::pair{10, "KiB"}}) {
+    if (bytes % (1ull << shift) == 0) return std::to_string(bytes >> shift) + unit;
+  }
+  return std::to_string(bytes);
+}
+
+std::string not_absolute_path(const std::string& path) {
+  return !path.empty() && path.front() == '/' ? "" : "must start with /";
+}
+
+std::string config_relative(const Ctx& ctx, const std::string& file) {
+  if (file.empty() || file.front() == '/') return file;
+  const std::size_t slash = ctx.file.rfind('/');
+  return slash == std::string::npos ? file : ctx.file.substr(0, slash + 1) + file;
+}
+
+void for_each_item(Ctx& ctx, const YAML::Node& n, const std::string& path,
+                   const std::function<void(const YAML::Node&, const std::string&)>& f) {
+  if (!n.IsDefined() || n.IsNull()) return;
+  if (!n.IsSequence()) {
+    ctx.error(n, path, "expected a list");
+    return;
+  }
+  for (std::size_t i = 0; i < n.size(); ++i) {
+    // "- " with nothing after it (or only a comment) would otherwise be an entry of
+    // defaults that skipped every check of its section. Reported where the list starts
+    // (yaml-cpp places an empty item at the token after it), with the item's index.
+    if (n[i].IsNull()) {
+      ctx.error(n, index(path, i), "an empty list item (a mapping is expected)");
+      continue;
+    }
+    f(n[i], index(path, i));
+  }
+}
+
 }  // namespace sg::config::detail

@@ -5,6 +5,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -36,6 +37,7 @@ class MapView {
   YAML::Node get(std::string_view key) const;
   bool has(std::string_view key) const { return get(key).IsDefined(); }
   std::string path(std::string_view key) const { return child(path_, key); }
+  const std::string& where() const { return path_; }  // this mapping's own path
   const YAML::Node& node() const { return node_; }
   Ctx& ctx() const { return ctx_; }
 
@@ -68,5 +70,19 @@ bool scalar(Ctx& ctx, const YAML::Node& n, const std::string& path, std::string&
 bool parse_duration(std::string_view text, Duration& out);
 bool parse_size(std::string_view text, uint64_t& out);
 bool parse_address(std::string_view text, Address& out, std::string& why);
+// The forms the loader reads back: "250ms", "10s", "5m", "1h", "0"; "16KiB", "64MiB", "1000".
+std::string format_duration(Duration d);
+std::string format_size(uint64_t bytes);
+
+// A refusal of a path that does not start with '/' ("" when it does).
+std::string not_absolute_path(const std::string& path);
+
+// A file named in the configuration: a relative name is relative to the file's directory.
+std::string config_relative(const Ctx& ctx, const std::string& file);
+
+// Calls f(item, path) for each item of a list node (absent = empty), reporting a non-list
+// and empty items.
+void for_each_item(Ctx& ctx, const YAML::Node& n, const std::string& path,
+                   const std::function<void(const YAML::Node&, const std::string&)>& f);
 
 }  // namespace sg::config::detail

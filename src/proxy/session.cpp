@@ -42,8 +42,9 @@ struct Peer {
   std::optional<io::TlsSummary> tls;  // on TLS listeners, what the handshake agreed on
 };
 
-// The TLS handshake of a new connection on a TLS listener; counts its outcome.
-exec::Task<bool> accept_tls(ListenerState& ls, const tls::ServerContext& tc, io::Stream& client,
+// The TLS handshake of a new connection on a TLS listener; counts its outcome. What it
+// agreed on, or nothing when it failed.
+exec::Task<std::optional<io::TlsSummary>> accept_tls(ListenerState& ls, const tls::ServerContext& tc, io::Stream& client,
                             const std::string& peer) {
   std::error_code ec =
       co_await client.accept_tls(tc.default_ctx(), io::Deadline::after(tc.config().handshake_timeout));
@@ -51,7 +52,7 @@ exec::Task<bool> accept_tls(ListenerState& ls, const tls::ServerContext& tc, io:
   if (!ec) {
     io::TlsSummary s = t->summary();
     ls.stats.tls_handshakes[tls_version_index(s.version)][s.resumed ? 1 : 0].fetch_add(1, std::memory_order_relaxed);
-    co_return true;
+    co_return s;
   }
   const std::string_view kind = t != nullptr ? t->failure_kind() : std::string_view("other");
   ls.stats.tls_failures[tls_failure_index(kind)].fetch_add(1, std::memory_order_relaxed);
@@ -67,7 +68,7 @@ exec::Task<bool> accept_tls(ListenerState& ls, const tls::ServerContext& tc, io:
     std::string bytes = render_local_reply(lr);
     co_await client.tcp().write_all(bytes, io::Deadline::after(1s));
   }
-  co_return false;
+  co_return std::nullopt;
 }
 
 struct Handled {
@@ -270,11 +271,11 @@ exec::Task<void> serve_connection(Gateway& gw, std::shared_ptr<ListenerState> ls
   // belong to it (a reload may publish new certificates meanwhile).
   std::shared_ptr<const tls::ServerContext> tls_ctx = lsnap->tls_for(ls->key);
   if (tls_ctx) {
-    if (!co_await accept_tls(*ls, *tls_ctx, client, peer)) {
+    who.tls = co_await accept_tls(*ls, *tls_ctx, client, peer);
+    if (!who.tls) {
       client.close();
       co_return;
     }
-    who.tls = client.tls()->summary();
   }
   http::MessageReader reader(client, http::Parser::Mode::kRequest, parser_limits(*lcfg));
 

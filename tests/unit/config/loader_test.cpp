@@ -100,8 +100,8 @@ clusters:
             "stealgate.yaml:5:17: listeners[0].reuse_port: expected true or false, got \"maybe\"\n"
             "stealgate.yaml:6:23: listeners[0].max_header_bytes: invalid size \"32 KB\" (use e.g. 8192, 32KiB, 1MiB)\n"
             "stealgate.yaml:9:17: clusters[0].endpoints[0]: invalid address \"localhost\": expected host:port\n"
-            "stealgate.yaml:10:9: clusters[0].lb: unknown policy \"round_robbin\" (did you mean \"round_robin\"?); "
-            "expected round_robin, random, least_request or ring_hash\n");
+            "stealgate.yaml:10:9: clusters[0].lb: expected round_robin | random | least_request | ring_hash, got "
+            "\"round_robbin\" (did you mean \"round_robin\"?)\n");
 }
 
 TEST(ConfigLoader, DuplicateNamesAndAddresses) {
