@@ -91,7 +91,7 @@ struct Table {
 
   ReferenceTable reference() const {
     ReferenceTable t{name, {}};
-    const S defaults{};
+    const S defaults;
     for (const auto& f : fields) {
       std::string shown = f.shown_default;
       if (shown.empty()) shown = f.required ? "required" : printed_default(f, defaults);
@@ -311,7 +311,7 @@ struct Fields {
                }
                auto& out = std::invoke(get, s);
                for_each_item(m.ctx(), n, m.path(key), [&](const YAML::Node& item, const std::string& path) {
-                 Item value{};
+                 Item value;
                  if (item.IsScalar() && from_scalar) {
                    if (from_scalar(m.ctx(), item, path, value)) out.push_back(std::move(value));
                    return;
