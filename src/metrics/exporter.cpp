@@ -279,6 +279,9 @@ void gateway_families(Families& fs, proxy::Gateway& gw) {
   // Upstream.
   auto& up_req = fs.family("stealgate_upstream_requests_total", "Requests sent upstream, by cluster.", MetricType::Counter);
   auto& up_cerr = fs.family("stealgate_upstream_connect_errors_total", "Upstream connect failures.", MetricType::Counter);
+  auto& up_opened = fs.family("stealgate_upstream_connections_opened_total",
+                              "Upstream connections opened for requests (a pooled one was not available).",
+                              MetricType::Counter);
   auto& up_to = fs.family("stealgate_upstream_timeouts_total", "Upstream response timeouts.", MetricType::Counter);
   auto& up_retry = fs.family("stealgate_upstream_retries_total", "Retried upstream requests.", MetricType::Counter);
   auto& up_budget = fs.family("stealgate_upstream_retry_budget_exhausted_total", "Retries refused by the retry budget.",
@@ -303,6 +306,7 @@ void gateway_families(Families& fs, proxy::Gateway& gw) {
       Labels lb{{"cluster", c->name()}};
       Families::add(up_req, lb, static_cast<double>(s.requests.load()));
       Families::add(up_cerr, lb, static_cast<double>(s.connect_errors.load()));
+      Families::add(up_opened, lb, static_cast<double>(s.connections_opened.load()));
       Families::add(up_to, lb, static_cast<double>(s.timeouts.load()));
       Families::add(up_retry, lb, static_cast<double>(s.retries.load()));
       Families::add(up_budget, lb, static_cast<double>(s.retries_budget_exhausted.load()));

@@ -321,7 +321,10 @@ exec::Task<Verdict> Exchange::connect() {
   std::string why;
   const std::error_code ec =
       co_await open_upstream(gw_.runtime().context(), cluster_, *ep_, up_, cluster_.config().connect_timeout, why);
-  if (!ec) co_return go_on();
+  if (!ec) {
+    cluster_.stats().connections_opened.fetch_add(1, std::memory_order_relaxed);
+    co_return go_on();
+  }
   ep_->stats().connect_errors.fetch_add(1, std::memory_order_relaxed);
   cluster_.stats().connect_errors.fetch_add(1, std::memory_order_relaxed);
   gw_.stats().upstream_connect_errors.fetch_add(1, std::memory_order_relaxed);

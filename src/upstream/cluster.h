@@ -20,6 +20,7 @@ namespace sg::upstream {
 struct ClusterStats {
   std::atomic<uint64_t> requests{0};
   std::atomic<uint64_t> connect_errors{0};
+  std::atomic<uint64_t> connections_opened{0};  // by requests (not health checks)
   std::atomic<uint64_t> timeouts{0};
   std::atomic<uint64_t> retries{0};
   std::atomic<uint64_t> retries_budget_exhausted{0};

@@ -168,6 +168,17 @@ class ProxyTest(unittest.TestCase):
         ids = [c.request("GET", f"/ka{i}").json()["conn"] for i in range(5)]
         self.assertEqual(len(set(ids)), 1, "sequential requests should reuse one pooled upstream connection")
 
+    def test_upstream_connections_outlive_client_connections(self):
+        before = self.sg.metric("stealgate_upstream_connections_opened_total", cluster="app")
+        for i in range(20):
+            c = self.client()
+            r = c.request("GET", f"/new-client-{i}", [("Connection", "close")])
+            self.assertEqual(r.status, 200)
+            c.close()
+        opened = self.sg.metric("stealgate_upstream_connections_opened_total", cluster="app") - before
+        # At most one per worker (2): every later request finds a pooled connection.
+        self.assertLessEqual(opened, 2, f"{opened} upstream connections for 20 sequential clients")
+
     def test_pooled_connection_ended_by_the_upstream_is_not_an_error(self):
         # The upstream ends a keep-alive connection while it idles in the pool (no
         # Connection: close), silently or with an unsolicited 408 (which must not pass for

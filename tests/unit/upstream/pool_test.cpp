@@ -112,6 +112,33 @@ TEST(ConnPool, KeepsAtMostMaxIdle) {
   for (auto& p : pairs) ::close(p.peer);
 }
 
+TEST(ConnPool, AWorkerWithNoneTakesWhatAFullWorkerCouldNotKeep) {
+  exec::RuntimeConfig two;
+  two.worker_threads = 2;
+  io::Runtime rt(two);
+  ConnPool pool(PoolOptions{4, 60s, 2});  // two per worker, four in all
+  std::vector<Pair> pairs;
+  for (int i = 0; i < 5; ++i) pairs.push_back(make_pair(rt));
+  // Worker 0 gets all five back (its tasks were stolen from worker 1, say): it keeps two,
+  // the shared list two more (the bound of four in all), and the fifth is closed.
+  auto released = rt.handle().spawn_pinned(0, [&]() -> exec::Task<std::size_t> {
+    for (auto& p : pairs) pool.release(std::move(p.stream));
+    co_return pool.idle();
+  });
+  EXPECT_EQ(released.wait(), 4u);
+  char c;
+  EXPECT_EQ(::recv(pairs[4].peer, &c, 1, 0), 0) << "the fifth was not closed";
+  // Worker 1 has none of its own: it gets the shared ones instead of connecting.
+  auto taken = rt.handle().spawn_pinned(1, [&]() -> exec::Task<int> {
+    int n = 0;
+    while (pool.acquire(false)) ++n;
+    co_return n;
+  });
+  EXPECT_EQ(taken.wait(), 2);
+  EXPECT_EQ(pool.idle(), 2u);  // worker 0's own
+  for (auto& p : pairs) ::close(p.peer);
+}
+
 TEST(ConnPool, OffTheWorkersNothingIsPooled) {
   io::Runtime rt(one_worker());
   ConnPool pool(PoolOptions{8, 60s, 1});
