@@ -192,7 +192,14 @@ Verdict Exchange::prepare() {
   upgrade_ = allowed_upgrade(req_, rcfg_.upgrades, upgrade_refused);
   if (upgrade_refused) gw_.stats().upgrades_refused.fetch_add(1, std::memory_order_relaxed);
   if (upgrade_.empty()) down_.reader.parser().refuse_upgrade();
-  ForwardInfo info{ctx_.client_ip, ctx_.request_id, ctx_.tls != nullptr ? "https" : "http", upgrade_};
+  ForwardInfo info{ctx_.client_ip, ctx_.request_id, ctx_.tls != nullptr ? "https" : "http", upgrade_, {}};
+  std::string local_authority;
+  if (req_.authority.empty() && req_.headers.get("Host") == nullptr) {
+    const io::tcp::endpoint local = down_.client.local_endpoint();  // a syscall: only for such requests
+    const std::string ip = local.address().to_string();
+    local_authority = (local.address().is_v6() ? "[" + ip + "]" : ip) + ":" + std::to_string(local.port());
+    info.default_authority = local_authority;
+  }
   append_upstream_request_head(head_bytes_, req_, rewritten_target(req_, rcfg_), &rcfg_, info);
 
   const config::ClusterSection& ccfg = cluster_.config();

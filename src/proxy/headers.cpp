@@ -226,9 +226,9 @@ void append_upstream_request_head(std::string& out, const http::RequestHead& req
   if (rewrite_host) {
     w.field("Host", route->rewrite_host);
   } else if (!has_host) {
-    // An HTTP/1.0 request may come without Host; HTTP/1.1 needs one, empty when the target
-    // has no authority (RFC 9112 §3.2), or the upstream must refuse it.
-    w.field("Host", req.authority);
+    // An HTTP/1.0 request may come without Host; HTTP/1.1 needs one (RFC 9112 §3.2), or the
+    // upstream must refuse it.
+    w.field("Host", req.authority.empty() ? info.default_authority : std::string_view(req.authority));
   }
   w.list_field("X-Forwarded-For", xff, info.client_ip);
   w.list_field("X-Forwarded-Proto", xfp, info.proto);

@@ -21,6 +21,11 @@ struct ForwardInfo {
   // The Upgrade value forwarded (the allowed protocols the client offered, see
   // allowed_upgrade()); empty: not forwarded as an upgrade.
   std::string_view upgrade;
+  // The authority of a request that names none (an HTTP/1.0 request without Host, in
+  // origin form): the address the client connected to, as RFC 9112 §3.3 reconstructs the
+  // target URI. Sent upstream as Host, which HTTP/1.1 requires (an empty one, which the
+  // RFC allows, makes nginx and others answer 400).
+  std::string_view default_authority;
 };
 
 // For an Upgrade request (RFC 9110 §7.8): the protocols it offers that `allowed` (lower-case

@@ -71,7 +71,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
 
   bool refused = false;
   const std::string upgrade = proxy::allowed_upgrade(req, route.upgrades, refused);
-  proxy::ForwardInfo info{"192.0.2.1", "id-1", "http", upgrade};
+  proxy::ForwardInfo info{"192.0.2.1", "id-1", "http", upgrade, {}};
   std::string head;
   proxy::append_upstream_request_head(head, req, req.path.empty() ? "/" : req.path, &route, info);
 
