@@ -199,8 +199,7 @@ struct Fields {
     return {key, std::move(doc), "", false,
             [=](const MapView& m, S& s) { m.read_address(key, std::invoke(get, s)); },
             [=](YAML::Emitter& e, const S& s) {
-              const Address& a = std::invoke(get, s);
-              if (a.port != 0) e << YAML::Key << key << YAML::Value << a.text();
+              e << YAML::Key << key << YAML::Value << std::invoke(get, s).text();  // port 0 too: "any free port"
             }};
   }
 
