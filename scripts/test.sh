@@ -7,7 +7,8 @@
 #   2. fuzz         (clang, libFuzzer + ASan/UBSan, build-fuzz): every target replays its
 #                   seeds and regressions, then fuzzes for STEALGATE_FUZZ_SECONDS (20) each
 #   3. soak         (release binary): scripts/soak.sh for STEALGATE_SOAK_SECONDS (60)
-#   4. build-asan   (AddressSanitizer + UndefinedBehaviorSanitizer): every test again
+#   4. build-asan   (AddressSanitizer + UndefinedBehaviorSanitizer): every test again but the
+#                   benchmark smoke test (no benchmark binaries in that build)
 #   5. build-tsan   (ThreadSanitizer): the concurrency suite (executor, io, stress)
 # Every suite is listed in the summary with its counts. A suite that did not run, ran no
 # test, was skipped, or whose log cannot be read is a failure, as is a non-zero exit of
@@ -78,7 +79,7 @@ PY
 # time bounds never compete with it.
 run_suite() {  # label, build dir, meson setup args, compile targets ("" = all), test args, stress test args
   local label="$1" dir="$2" setup_args="$3" targets="$4" test_args="$5" stress_args="${6:-}"
-  echo "== $label: configuring $dir"
+  echo "== $label: configuring $dir (at ${SECONDS}s)"
   if [[ -f "$dir/build.ninja" ]]; then
     meson setup --reconfigure "$dir" $setup_args >"$dir.setup.log" 2>&1 || {
       tail -20 "$dir.setup.log"; fail "$label" "meson setup --reconfigure"; return; }
@@ -87,13 +88,13 @@ run_suite() {  # label, build dir, meson setup args, compile targets ("" = all),
       tail -20 "$dir.setup.log"; fail "$label" "meson setup"; return; }
   fi
   rm -f "$dir.setup.log" "$dir"/meson-logs/testlog*.json
-  echo "== $label: building"
+  echo "== $label: building (at ${SECONDS}s)"
   if ! ninja -C "$dir" -j "$jobs" $targets >"$dir/build.log" 2>&1; then
     tail -40 "$dir/build.log"
     fail "$label" "build failed (see $dir/build.log)"
     return
   fi
-  echo "== $label: testing (stress suite alone, then the rest)"
+  echo "== $label: testing (stress suite alone, then the rest; at ${SECONDS}s)"
   meson test -C "$dir" --no-rebuild --print-errorlogs --num-processes "$jobs" $stress_args --suite stress \
     --logbase testlog-stress
   summarize "$dir" "$label" $? testlog-stress
@@ -105,7 +106,7 @@ run_suite() {  # label, build dir, meson setup args, compile targets ("" = all),
 run_step() {  # label, command...
   local label="$1"
   shift
-  echo "== $label: $*"
+  echo "== $label: $* (at ${SECONDS}s)"
   if "$@"; then
     passed=$((passed + 1))
     summary+=("$label: OK")
@@ -167,7 +168,9 @@ if ! skipping asan; then
   export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:halt_on_error=1"
   export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
   export STEALGATE_TIMEOUT_SCALE=3  # the integration harness's time bounds (tests/integration/harness.py)
-  run_suite "asan+ubsan" build-asan "--buildtype=debugoptimized -Db_sanitize=address,undefined -Db_lundef=false" "" \
+  # Without the benchmark binaries (their smoke test runs in build-test): the ASan build is
+  # the longest step of the run.
+  run_suite "asan+ubsan" build-asan "--buildtype=debugoptimized -Db_sanitize=address,undefined -Db_lundef=false -Dbenchmarks=false" "" \
     "--timeout-multiplier 3" "--timeout-multiplier 3"
   unset ASAN_OPTIONS UBSAN_OPTIONS STEALGATE_TIMEOUT_SCALE
 fi
