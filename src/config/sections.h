@@ -8,6 +8,9 @@
 
 namespace sg::config::detail {
 
+// The words of a TLS version (listeners' and clusters' min_version).
+extern const std::vector<std::pair<std::string, TlsVersion>> kTlsVersions;
+
 // The whole file: loader.cpp reads it, printer.cpp prints it.
 const Table<Config>& config_table();
 

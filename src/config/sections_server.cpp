@@ -5,6 +5,8 @@
 
 namespace sg::config::detail {
 
+const std::vector<std::pair<std::string, TlsVersion>> kTlsVersions = {{"1.2", TlsVersion::k12}, {"1.3", TlsVersion::k13}};
+
 namespace {
 
 Field<RuntimeSection> worker_threads() {
@@ -22,7 +24,6 @@ Field<RuntimeSection> worker_threads() {
       });
 }
 
-const std::vector<std::pair<std::string, TlsVersion>> kTlsVersions = {{"1.2", TlsVersion::k12}, {"1.3", TlsVersion::k13}};
 const std::vector<std::pair<std::string, LogFormat>> kLogFormats = {{"text", LogFormat::kText}, {"json", LogFormat::kJson}};
 const std::vector<std::pair<std::string, http::SlashPolicy>> kSlashPolicies = {
     {"keep", http::SlashPolicy::kKeep}, {"reject", http::SlashPolicy::kReject}, {"decode", http::SlashPolicy::kDecode}};

@@ -102,9 +102,7 @@ const Table<ClusterTls>& cluster_tls_table() {
        F::file("ca", &T::ca, "PEM file of the CAs to trust", tls::check_ca_file).shown("the system's CA store"),
        F::file("cert", &T::cert, "client certificate (PEM chain) for upstreams that ask for one"),
        F::file("key", &T::key, "its private key"),
-       F::choice("min_version", &T::min_version,
-                 std::vector<std::pair<std::string, TlsVersion>>{{"1.2", TlsVersion::k12}, {"1.3", TlsVersion::k13}},
-                 "`\"1.2\"` or `\"1.3\"`")},
+       F::choice("min_version", &T::min_version, kTlsVersions, "`\"1.2\"` or `\"1.3\"`")},
       check_client_certificate};
   return t;
 }
