@@ -13,10 +13,28 @@ ConnPool::ConnPool(PoolOptions opts)
   opts_.workers = std::max<std::size_t>(opts.workers, 1);
 }
 
-ConnPool::Slot* ConnPool::own_slot() const {
+std::optional<std::size_t> ConnPool::own_index() const {
   const exec::ThreadContext& c = exec::tl_ctx;
-  if (c.worker == nullptr || c.worker_index >= opts_.workers) return nullptr;
-  return &slots_[c.worker_index];
+  if (c.worker == nullptr || c.worker_index >= opts_.workers) return std::nullopt;
+  return c.worker_index;
+}
+
+std::optional<ConnPool::Idle> ConnPool::pop_newest(Slot& slot) {
+  if (slot.count.load(std::memory_order_relaxed) == 0) return std::nullopt;  // skip the lock
+  std::lock_guard g(slot.mu);
+  if (slot.idle.empty()) return std::nullopt;
+  Idle got = std::move(slot.idle.back());
+  slot.idle.pop_back();
+  slot.count.store(slot.idle.size(), std::memory_order_relaxed);
+  return got;
+}
+
+bool ConnPool::push_if_room(Slot& slot, io::Stream& s) {
+  std::lock_guard g(slot.mu);
+  if (slot.idle.size() >= per_worker_max_) return false;
+  slot.idle.push_back({std::move(s), exec::tick_now()});
+  slot.count.store(slot.idle.size(), std::memory_order_relaxed);
+  return true;
 }
 
 bool ConnPool::usable(Idle& got, std::chrono::steady_clock::time_point now, bool replayable) {
@@ -37,93 +55,71 @@ bool ConnPool::usable(Idle& got, std::chrono::steady_clock::time_point now, bool
 }
 
 std::optional<io::Stream> ConnPool::acquire(bool replayable) {
-  Slot* slot = own_slot();
-  if (slot == nullptr) return std::nullopt;
+  const std::optional<std::size_t> own = own_index();
+  if (!own) return std::nullopt;
   const auto now = exec::tick_now();
-  while (!slot->idle.empty()) {
-    Idle got = std::move(slot->idle.back());
-    slot->idle.pop_back();
-    slot->count.store(slot->idle.size(), std::memory_order_relaxed);
-    if (usable(got, now, replayable)) return std::move(got.stream);
-  }
-  return acquire_shared(now, replayable);
-}
-
-std::optional<io::Stream> ConnPool::acquire_shared(std::chrono::steady_clock::time_point now, bool replayable) {
-  if (shared_count_.load(std::memory_order_relaxed) == 0) return std::nullopt;
-  for (;;) {
-    Idle got;
-    {
-      std::lock_guard g(shared_mu_);
-      if (shared_.empty()) return std::nullopt;
-      got = std::move(shared_.back());
-      shared_.pop_back();
-      shared_count_.store(shared_.size(), std::memory_order_relaxed);
+  // Own list first, then the others in turn from the next worker on; each connection is
+  // checked (a syscall, perhaps a close) outside the lock it was taken under.
+  for (std::size_t k = 0; k < opts_.workers; ++k) {
+    Slot& slot = slots_[(*own + k) % opts_.workers];
+    while (std::optional<Idle> got = pop_newest(slot)) {
+      if (usable(*got, now, replayable)) return std::move(got->stream);
     }
-    // Checked (a syscall, perhaps a close) outside the lock.
-    if (usable(got, now, replayable)) return std::move(got.stream);
   }
+  return std::nullopt;
 }
 
 void ConnPool::release(io::Stream s) {
-  Slot* slot = own_slot();
-  if (slot == nullptr || opts_.max_idle == 0 || !s.is_open()) {
+  const std::optional<std::size_t> own = own_index();
+  if (!own || opts_.max_idle == 0 || !s.is_open()) {
     s.close();
     return;
   }
-  if (slot->idle.size() < per_worker_max_) {
-    slot->idle.push_back({std::move(s), exec::tick_now()});
-    slot->count.store(slot->idle.size(), std::memory_order_relaxed);
-    return;
-  }
-  {
-    std::lock_guard g(shared_mu_);
-    if (idle() < opts_.max_idle) {
-      shared_.push_back({std::move(s), exec::tick_now()});
-      shared_count_.store(shared_.size(), std::memory_order_relaxed);
-      return;
+  if (idle() < opts_.max_idle) {
+    for (std::size_t k = 0; k < opts_.workers; ++k) {
+      if (push_if_room(slots_[(*own + k) % opts_.workers], s)) return;
     }
   }
   s.close();
 }
 
-std::size_t ConnPool::reap_list(std::deque<Idle>& list, std::chrono::steady_clock::time_point now) {
+std::size_t ConnPool::reap() {
+  const std::optional<std::size_t> own = own_index();
+  if (!own) return 0;
+  Slot& slot = slots_[*own];
+  const auto now = exec::tick_now();
+  // Take the list out, check it unlocked (a MSG_PEEK recv each), and put the live ones
+  // back in front of whatever was released meanwhile (which is newer).
+  std::deque<Idle> list;
+  {
+    std::lock_guard g(slot.mu);
+    list.swap(slot.idle);
+    slot.count.store(0, std::memory_order_relaxed);
+  }
   std::size_t closed = 0;
-  for (auto it = list.begin(); it != list.end();) {
+  std::deque<Idle> live;
+  for (Idle& it : list) {
     // Expired, or closed by the upstream (EOF or bytes nobody asked for): a socket nobody
     // will reuse should not hold a file descriptor until the next acquire finds it.
-    const bool expired = now - it->since >= opts_.idle_timeout;
-    if (expired || !it->stream.silent()) {
+    const bool expired = now - it.since >= opts_.idle_timeout;
+    if (expired || !it.stream.silent()) {
       if (!expired) reaped_stale_.fetch_add(1, std::memory_order_relaxed);
-      it->stream.close();
-      it = list.erase(it);
+      it.stream.close();
       ++closed;
     } else {
-      ++it;
+      live.push_back(std::move(it));
     }
   }
-  return closed;
-}
-
-std::size_t ConnPool::reap() {
-  Slot* slot = own_slot();
-  if (slot == nullptr) return 0;
-  const auto now = exec::tick_now();
-  std::size_t closed = reap_list(slot->idle, now);
-  slot->count.store(slot->idle.size(), std::memory_order_relaxed);
-  // Every worker's reaper passes here; whichever gets the lock reaps the shared list.
-  std::unique_lock g(shared_mu_, std::try_to_lock);
-  if (g.owns_lock()) {
-    closed += reap_list(shared_, now);
-    shared_count_.store(shared_.size(), std::memory_order_relaxed);
-  }
+  std::lock_guard g(slot.mu);
+  for (auto& n : slot.idle) live.push_back(std::move(n));
+  slot.idle.swap(live);
+  slot.count.store(slot.idle.size(), std::memory_order_relaxed);
   return closed;
 }
 
 std::size_t ConnPool::idle() const {
   std::size_t n = 0;
   for (std::size_t i = 0; i < opts_.workers; ++i) n += slots_[i].count.load(std::memory_order_relaxed);
-  n += shared_count_.load(std::memory_order_relaxed);
   return n;
 }
 
