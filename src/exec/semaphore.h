@@ -117,93 +117,93 @@ class Semaphore {
     ++available_;
   }
 
-  // co_await sem.acquire(timeout) -> AcquireStatus; on kAcquired call take_permit() (or
-  // adopt with Permit(&sem)).
-  auto acquire(WaitTimeout* timeout = nullptr) noexcept {
-    struct Awaiter {
-      Semaphore* s;
-      WaitTimeout* timeout;
-      Waiter node;
-      AcquireStatus status = AcquireStatus::kAcquired;
-      bool waited = false;
+  // What acquire() returns: a queue node in the awaiting task's frame.
+  struct AcquireAwaiter {
+    Semaphore* s;
+    WaitTimeout* timeout;
+    Waiter node;
+    AcquireStatus status = AcquireStatus::kAcquired;
+    bool waited = false;
 
-      bool await_ready() noexcept {
-        std::lock_guard lk(s->mu_);
-        if (s->available_ > 0 && s->waiters_.empty()) {
-          --s->available_;
-          return true;
-        }
-        if (s->waiting_ >= s->max_waiters_ && !s->standing_locked()) {
-          status = AcquireStatus::kQueueFull;
-          return true;
-        }
-        return false;
-      }
-      bool await_suspend(std::coroutine_handle<> h) {
-        Waker w = arm_wait(h);
-        Waker displaced;  // the oldest waiter's, when this arrival pushes it out
-        // Only adaptive LIFO needs the enqueue time (waiters queued before it was switched on
-        // count as old); read before locking (the lock is held for pointer moves only).
-        if (s->lifo_after_ns_.load(std::memory_order_relaxed) > 0) node.enqueued_ns = now_ns();
-        {
-          std::lock_guard lk(s->mu_);
-          // Re-check: a permit may have been released since await_ready.
-          if (s->available_ > 0 && s->waiters_.empty()) {
-            --s->available_;
-            disarm_wait(w.task(), w.generation());
-            return false;  // w's reference drops at scope exit
-          }
-          if (s->waiting_ >= s->max_waiters_) {
-            Waiter* oldest = s->standing_locked() ? s->waiters_.front() : nullptr;
-            if (oldest == nullptr) {
-              status = AcquireStatus::kQueueFull;
-              disarm_wait(w.task(), w.generation());
-              return false;
-            }
-            s->unlink_locked(oldest);
-            oldest->displaced = true;
-            displaced = std::move(oldest->waker);
-          }
-          node.waker = w.clone();
-          s->link_locked(&node);
-          waited = true;
-        }
-        // Armed after unlocking: arming a timer or a socket wait takes the reactor's locks
-        // and may be a syscall (epoll_ctl), which must not stretch a spin lock's critical
-        // section. A release() that grants the node first is harmless: this task is still
-        // running, so the wake only re-polls it after this poll returns, and await_resume
-        // cancels the timer; the timeout object (in the caller's frame) outlives the wait.
-        if (timeout != nullptr) timeout->arm(std::move(w));
-        if (displaced) std::move(displaced).wake({{}, kDisplacedWake});
+    bool await_ready() noexcept {
+      std::lock_guard lk(s->mu_);
+      if (s->available_ > 0 && s->waiters_.empty()) {
+        --s->available_;
         return true;
       }
-      AcquireStatus await_resume() {
-        if (!waited) return status;
-        if (timeout != nullptr) timeout->cancel();
+      if (s->waiting_ >= s->max_waiters_ && !s->standing_locked()) {
+        status = AcquireStatus::kQueueFull;
+        return true;
+      }
+      return false;
+    }
+    bool await_suspend(std::coroutine_handle<> h) {
+      Waker w = arm_wait(h);
+      Waker displaced;  // the oldest waiter's, when this arrival pushes it out
+      // Only adaptive LIFO needs the enqueue time (waiters queued before it was switched on
+      // count as old); read before locking (the lock is held for pointer moves only).
+      if (s->lifo_after_ns_.load(std::memory_order_relaxed) > 0) node.enqueued_ns = now_ns();
+      {
         std::lock_guard lk(s->mu_);
-        if (node.granted) {
-          node.granted = false;  // the permit now belongs to the caller
-          return AcquireStatus::kAcquired;
+        // Re-check: a permit may have been released since await_ready.
+        if (s->available_ > 0 && s->waiters_.empty()) {
+          --s->available_;
+          disarm_wait(w.task(), w.generation());
+          return false;  // w's reference drops at scope exit
         }
-        if (node.displaced) return AcquireStatus::kDisplaced;
-        if (node.linked) s->unlink_locked(&node);  // the timer won
-        return AcquireStatus::kTimeout;
+        if (s->waiting_ >= s->max_waiters_) {
+          Waiter* oldest = s->standing_locked() ? s->waiters_.front() : nullptr;
+          if (oldest == nullptr) {
+            status = AcquireStatus::kQueueFull;
+            disarm_wait(w.task(), w.generation());
+            return false;
+          }
+          s->unlink_locked(oldest);
+          oldest->displaced = true;
+          displaced = std::move(oldest->waker);
+        }
+        node.waker = w.clone();
+        s->link_locked(&node);
+        waited = true;
       }
-      explicit Awaiter(Semaphore* sem, WaitTimeout* to) noexcept : s(sem), timeout(to) {}
-      ~Awaiter() {
-        if (!waited) return;
-        // Dropped while queued (task cancelled), or granted but never resumed: leave the
-        // queue and give back a permit that was granted but never taken.
-        std::unique_lock lk(s->mu_);
-        if (node.linked) s->unlink_locked(&node);
-        bool give_back = node.granted;
-        node.granted = false;
-        lk.unlock();
-        if (give_back) s->release();
+      // Armed after unlocking: arming a timer or a socket wait takes the reactor's locks
+      // and may be a syscall (epoll_ctl), which must not stretch a spin lock's critical
+      // section. A release() that grants the node first is harmless: this task is still
+      // running, so the wake only re-polls it after this poll returns, and await_resume
+      // cancels the timer; the timeout object (in the caller's frame) outlives the wait.
+      if (timeout != nullptr) timeout->arm(std::move(w));
+      if (displaced) std::move(displaced).wake({{}, kDisplacedWake});
+      return true;
+    }
+    AcquireStatus await_resume() {
+      if (!waited) return status;
+      if (timeout != nullptr) timeout->cancel();
+      std::lock_guard lk(s->mu_);
+      if (node.granted) {
+        node.granted = false;  // the permit now belongs to the caller
+        return AcquireStatus::kAcquired;
       }
-    };
-    return Awaiter(this, timeout);
-  }
+      if (node.displaced) return AcquireStatus::kDisplaced;
+      if (node.linked) s->unlink_locked(&node);  // the timer won
+      return AcquireStatus::kTimeout;
+    }
+    explicit AcquireAwaiter(Semaphore* sem, WaitTimeout* to) noexcept : s(sem), timeout(to) {}
+    ~AcquireAwaiter() {
+      if (!waited) return;
+      // Dropped while queued (task cancelled), or granted but never resumed: leave the
+      // queue and give back a permit that was granted but never taken.
+      std::unique_lock lk(s->mu_);
+      if (node.linked) s->unlink_locked(&node);
+      bool give_back = node.granted;
+      node.granted = false;
+      lk.unlock();
+      if (give_back) s->release();
+    }
+  };
+
+  // co_await sem.acquire(timeout) -> AcquireStatus; on kAcquired call take_permit() (or
+  // adopt with Permit(&sem)).
+  AcquireAwaiter acquire(WaitTimeout* timeout = nullptr) noexcept { return AcquireAwaiter(this, timeout); }
 
   std::size_t available() const {
     std::lock_guard lk(mu_);

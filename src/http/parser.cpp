@@ -149,7 +149,13 @@ int Parser::finish_request_head() {
   r.version_major = parser_.http_major;
   r.version_minor = parser_.http_minor;
   if (r.version_major != 1) return fail(505, "HTTP version not supported");
+  if (int rc = read_request_authority()) return rc;
+  if (int rc = read_request_framing()) return rc;
+  return read_connection_options();
+}
 
+int Parser::read_request_authority() {
+  RequestHead& r = req_;
   // Host (RFC 9112 §3.2): exactly one on HTTP/1.1, valid characters.
   std::size_t hosts = r.headers.count("host");
   if (hosts > 1) return fail(400, "more than one Host header");
@@ -167,34 +173,46 @@ int Parser::finish_request_head() {
     if (r.method != "OPTIONS") return fail(400, "asterisk-form target is only for OPTIONS");
     r.path = "*";
   } else if (!t.empty() && t.front() == '/') {
-    std::size_t q = t.find('?');
-    r.path = std::string(t.substr(0, q));
-    if (q != std::string_view::npos) r.query = std::string(t.substr(q + 1));
+    split_path_and_query(t, r);
   } else {
-    // absolute-form: the authority of the target wins over Host (§3.2.2).
-    std::size_t scheme_end = t.find("://");
-    if (scheme_end == std::string_view::npos) return fail(400, "invalid request-target");
-    std::string scheme = to_lower(t.substr(0, scheme_end));
-    if (scheme != "http" && scheme != "https") return fail(400, "unsupported scheme in request-target");
-    std::string_view rest = t.substr(scheme_end + 3);
-    std::size_t slash = rest.find_first_of("/?");
-    std::string_view auth = rest.substr(0, slash);
-    if (auth.empty() || auth.find('@') != std::string_view::npos || !valid_authority(auth)) {
-      return fail(400, "invalid authority in request-target");
-    }
-    r.authority = std::string(auth);
-    std::string_view pq = slash == std::string_view::npos ? std::string_view("/") : rest.substr(slash);
-    if (pq.front() == '?') {
-      r.path = "/";
-      r.query = std::string(pq.substr(1));
-    } else {
-      std::size_t q = pq.find('?');
-      r.path = std::string(pq.substr(0, q));
-      if (q != std::string_view::npos) r.query = std::string(pq.substr(q + 1));
-    }
-    r.headers.set("Host", r.authority);
+    return read_absolute_form(t);
   }
+  return 0;
+}
 
+void Parser::split_path_and_query(std::string_view pq, RequestHead& r) {
+  std::size_t q = pq.find('?');
+  r.path = std::string(pq.substr(0, q));
+  if (q != std::string_view::npos) r.query = std::string(pq.substr(q + 1));
+}
+
+int Parser::read_absolute_form(std::string_view t) {
+  RequestHead& r = req_;
+  // absolute-form: the authority of the target wins over Host (RFC 9112 §3.2.2).
+  std::size_t scheme_end = t.find("://");
+  if (scheme_end == std::string_view::npos) return fail(400, "invalid request-target");
+  std::string scheme = to_lower(t.substr(0, scheme_end));
+  if (scheme != "http" && scheme != "https") return fail(400, "unsupported scheme in request-target");
+  std::string_view rest = t.substr(scheme_end + 3);
+  std::size_t slash = rest.find_first_of("/?");
+  std::string_view auth = rest.substr(0, slash);
+  if (auth.empty() || auth.find('@') != std::string_view::npos || !valid_authority(auth)) {
+    return fail(400, "invalid authority in request-target");
+  }
+  r.authority = std::string(auth);
+  std::string_view pq = slash == std::string_view::npos ? std::string_view("/") : rest.substr(slash);
+  if (pq.front() == '?') {
+    r.path = "/";
+    r.query = std::string(pq.substr(1));
+  } else {
+    split_path_and_query(pq, r);
+  }
+  r.headers.set("Host", r.authority);
+  return 0;
+}
+
+int Parser::read_request_framing() {
+  RequestHead& r = req_;
   // Transfer-Encoding (RFC 9112 §6.1, §7): only a single "chunked".
   std::size_t te_lines = r.headers.count("transfer-encoding");
   if (te_lines > 0) {
@@ -202,14 +220,12 @@ int Parser::finish_request_head() {
     if (te_lines > 1) return fail(400, "more than one Transfer-Encoding header");
     std::string_view te = trim_ows(*r.headers.get("transfer-encoding"));
     if (!iequals(te, "chunked")) {
-      bool final_chunked = false;
       std::string_view last;
       for_each_list_item(te, [&](std::string_view item) {
         last = item;
         return true;
       });
-      final_chunked = iequals(last, "chunked");
-      if (final_chunked) return fail(501, "transfer coding not implemented: " + std::string(te));
+      if (iequals(last, "chunked")) return fail(501, "transfer coding not implemented: " + std::string(te));
       return fail(400, "Transfer-Encoding does not end in chunked");
     }
   }
@@ -222,8 +238,11 @@ int Parser::finish_request_head() {
       return fail(413, "request body larger than " + std::to_string(limits_.max_body_bytes) + " bytes");
     }
   }
+  return 0;
+}
 
-  // Connection management and expectations.
+int Parser::read_connection_options() {
+  RequestHead& r = req_;
   if (r.version_minor == 0) {
     r.keep_alive = r.headers.has_token("connection", "keep-alive");
   } else {
@@ -378,117 +397,133 @@ const char* find_cr_or_lf(const char* p, std::size_t n) {
 }  // namespace
 
 bool Parser::lex_head(char* data, std::size_t len) {
-  const int bad = mode_ == Mode::kRequest ? 400 : 502;
-  auto violation = [&](const char* what) {
-    fail(bad, what);
-    return false;
-  };
-  for (std::size_t i = 0; i < len && lex_ != Lex::kDone; ++i) {
+  const char* violation = nullptr;
+  for (std::size_t i = 0; i < len && lex_ != Lex::kDone && violation == nullptr; ++i) {
     const char c = data[i];
     switch (lex_) {
       case Lex::kStart:  // empty lines before the start line are allowed (RFC 9112 §2.2)
         if (c == '\r') {
           lex_ = Lex::kCr;
-          break;
+        } else if (c == '\n') {
+          violation = "bare LF line ending";
+        } else {
+          lex_ = Lex::kStartLine;
+          violation = lex_start_line(data, len, i);
         }
-        if (c == '\n') return violation("bare LF line ending");
-        lex_ = Lex::kStartLine;
-        [[fallthrough]];
-      case Lex::kStartLine: {
-        // The rest of the start line in one go: find its end, check the request line's
-        // spacing, remember its first bytes (method) and last 8 (version).
-        const char* p = data + i;
-        const char* q = find_cr_or_lf(p, len - i);
-        if (mode_ == Mode::kRequest) {
-          for (const char* b = p; b < q; ++b) {
-            // Exactly one SP between method, target and version (RFC 9112 §3: lenient
-            // whitespace "can result in request smuggling").
-            const char ch = *b;
-            const bool space = ch == ' ';
-            if (space && (prev_was_space_ || (start_line_len_ == 0 && b == p))) return violation("malformed request line");
-            if (ch == '\t' || ch == '\v' || ch == '\f') return violation("malformed request line");
-            prev_was_space_ = space;
-          }
-        }
-        const std::size_t n = static_cast<std::size_t>(q - p);
-        if (start_line_len_ < sizeof(start_line_head_)) {
-          std::memcpy(start_line_head_ + start_line_len_, p, std::min(n, sizeof(start_line_head_) - start_line_len_));
-        }
-        for (std::size_t k = n > 8 ? n - 8 : 0; k < n; ++k) start_line_tail_[(start_line_len_ + k) % 8] = p[k];
-        start_line_len_ += n;
-        if (q == data + len) {
-          i = len - 1;  // the line continues in the next read
-          break;
-        }
-        if (*q == '\n') return violation("bare LF line ending");
-        if (mode_ == Mode::kRequest) {
-          if (prev_was_space_) return violation("malformed request line");
-          version_syntax_ok_ = version_tail_ok();
-        }
-        i = static_cast<std::size_t>(q - data);  // at the CR
-        lex_ = Lex::kCr;
         break;
-      }
+      case Lex::kStartLine:
+        violation = lex_start_line(data, len, i);
+        break;
       case Lex::kCr:
-        if (c != '\n') return violation("bare CR");
-        lex_ = start_line_len_ == 0 ? Lex::kStart : Lex::kLineStart;
+        if (c != '\n') violation = "bare CR";
+        else lex_ = start_line_len_ == 0 ? Lex::kStart : Lex::kLineStart;
         break;
       case Lex::kLineStart:
         if (c == ' ' || c == '\t') {
-          return violation(lex_seen_field_line_ ? "obsolete line folding" : "whitespace before the first header field");
-        }
-        if (c == '\r') {
+          violation = lex_seen_field_line_ ? "obsolete line folding" : "whitespace before the first header field";
+        } else if (c == '\r') {
           lex_ = Lex::kEndCr;  // the empty line that ends the head
-          break;
+        } else if (c == '\n') {
+          violation = "bare LF line ending";
+        } else {
+          lex_seen_field_line_ = true;
+          field_name_len_ = 0;
+          framing_value_ = false;
+          lex_ = Lex::kFieldName;
+          violation = lex_field_name_run(data, len, i);
         }
-        if (c == '\n') return violation("bare LF line ending");
-        lex_seen_field_line_ = true;
-        field_name_len_ = 0;
-        framing_value_ = false;
-        lex_ = Lex::kFieldName;
-        [[fallthrough]];
-      case Lex::kFieldName: {
-        // The field name up to its colon, in one go: is it one whose value we fold?
-        const char* p = data + i;
-        const char* q = p;
-        while (q < data + len && *q != ':' && *q != '\r' && *q != '\n') ++q;
-        lex_field_name(std::string_view(p, static_cast<std::size_t>(q - p)), q < data + len && *q == ':');
-        if (q == data + len) {
-          i = len - 1;  // the name continues in the next read
-          break;
-        }
-        i = static_cast<std::size_t>(q - data);
-        if (*q == ':') break;  // lex_field_name moved on to kInLine
-        if (*q == '\n') return violation("bare LF line ending");
-        lex_ = Lex::kCr;  // a line without a colon: llhttp refuses it
         break;
-      }
-      case Lex::kInLine: {
-        // The bulk of a head: skip to the line's end (16 bytes at a time).
-        char* q = data + (find_cr_or_lf(data + i, len - i) - data);
-        if (framing_value_) {
-          for (char* b = data + i; b < q; ++b) {
-            if (*b == '\t') *b = ' ';
-          }
-        }
-        if (q == data + len) {
-          i = len - 1;  // the whole rest is inside this line
-          break;
-        }
-        if (*q == '\n') return violation("bare LF line ending");
-        i = static_cast<std::size_t>(q - data);  // at the CR
-        lex_ = Lex::kCr;
+      case Lex::kFieldName:
+        violation = lex_field_name_run(data, len, i);
         break;
-      }
+      case Lex::kInLine:
+        violation = lex_in_line(data, len, i);
+        break;
       case Lex::kEndCr:
-        if (c != '\n') return violation("bare CR");
-        lex_ = Lex::kDone;
+        if (c != '\n') violation = "bare CR";
+        else lex_ = Lex::kDone;
         break;
       case Lex::kDone:
         break;
     }
   }
+  if (violation != nullptr) {
+    fail(mode_ == Mode::kRequest ? 400 : 502, violation);
+    return false;
+  }
   return true;
+}
+
+const char* Parser::lex_start_line(const char* data, std::size_t len, std::size_t& i) {
+  // The rest of the start line in one go: find its end, check the request line's spacing,
+  // remember its first bytes (method) and last 8 (version).
+  const char* p = data + i;
+  const char* q = find_cr_or_lf(p, len - i);
+  if (mode_ == Mode::kRequest) {
+    for (const char* b = p; b < q; ++b) {
+      // Exactly one SP between method, target and version (RFC 9112 §3: lenient
+      // whitespace "can result in request smuggling").
+      const char ch = *b;
+      const bool space = ch == ' ';
+      if (space && (prev_was_space_ || (start_line_len_ == 0 && b == p))) return "malformed request line";
+      if (ch == '\t' || ch == '\v' || ch == '\f') return "malformed request line";
+      prev_was_space_ = space;
+    }
+  }
+  const std::size_t n = static_cast<std::size_t>(q - p);
+  if (start_line_len_ < sizeof(start_line_head_)) {
+    std::memcpy(start_line_head_ + start_line_len_, p, std::min(n, sizeof(start_line_head_) - start_line_len_));
+  }
+  for (std::size_t k = n > 8 ? n - 8 : 0; k < n; ++k) start_line_tail_[(start_line_len_ + k) % 8] = p[k];
+  start_line_len_ += n;
+  if (q == data + len) {
+    i = len - 1;  // the line continues in the next read
+    return nullptr;
+  }
+  if (*q == '\n') return "bare LF line ending";
+  if (mode_ == Mode::kRequest) {
+    if (prev_was_space_) return "malformed request line";
+    version_syntax_ok_ = version_tail_ok();
+  }
+  i = static_cast<std::size_t>(q - data);  // at the CR
+  lex_ = Lex::kCr;
+  return nullptr;
+}
+
+const char* Parser::lex_field_name_run(const char* data, std::size_t len, std::size_t& i) {
+  // The field name up to its colon, in one go: is it one whose value we fold?
+  const char* p = data + i;
+  const char* q = p;
+  while (q < data + len && *q != ':' && *q != '\r' && *q != '\n') ++q;
+  lex_field_name(std::string_view(p, static_cast<std::size_t>(q - p)), q < data + len && *q == ':');
+  if (q == data + len) {
+    i = len - 1;  // the name continues in the next read
+    return nullptr;
+  }
+  i = static_cast<std::size_t>(q - data);
+  if (*q == ':') return nullptr;  // lex_field_name moved on to kInLine
+  if (*q == '\n') return "bare LF line ending";
+  lex_ = Lex::kCr;  // a line without a colon: llhttp refuses it
+  return nullptr;
+}
+
+const char* Parser::lex_in_line(char* data, std::size_t len, std::size_t& i) {
+  // The bulk of a head: skip to the line's end (16 bytes at a time). Tabs in a framing
+  // header's value become spaces (see lex_field_name).
+  char* q = data + (find_cr_or_lf(data + i, len - i) - data);
+  if (framing_value_) {
+    for (char* b = data + i; b < q; ++b) {
+      if (*b == '\t') *b = ' ';
+    }
+  }
+  if (q == data + len) {
+    i = len - 1;  // the whole rest is inside this line
+    return nullptr;
+  }
+  if (*q == '\n') return "bare LF line ending";
+  i = static_cast<std::size_t>(q - data);  // at the CR
+  lex_ = Lex::kCr;
+  return nullptr;
 }
 
 void Parser::lex_field_name(std::string_view part, bool complete) {

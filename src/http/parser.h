@@ -102,6 +102,13 @@ class Parser {
 
   int fail(int status, std::string detail);
   int finish_request_head();
+  // Its parts, each 0 or fail()'s status: Host and the request-target (RFC 9112 §3.2), the
+  // body framing (§6), and keep-alive, Expect and Upgrade.
+  int read_request_authority();
+  int read_absolute_form(std::string_view target);
+  static void split_path_and_query(std::string_view pq, RequestHead& r);
+  int read_request_framing();
+  int read_connection_options();
   int finish_response_head();
   bool count_header_bytes(std::size_t n);
   void map_llhttp_error(llhttp_errno_t err, const char* data, std::size_t len);
@@ -109,6 +116,11 @@ class Parser {
   // Scans head bytes before llhttp sees them, for what llhttp 8 tolerates: bare LF line
   // ends, obs-fold, whitespace before the first field. Returns false on a violation.
   bool lex_head(char* data, std::size_t len);
+  // lex_head's longer states, from data[i] on: each moves i to the last byte it consumed
+  // and returns a violation's text, or nullptr.
+  const char* lex_start_line(const char* data, std::size_t len, std::size_t& i);
+  const char* lex_field_name_run(const char* data, std::size_t len, std::size_t& i);
+  const char* lex_in_line(char* data, std::size_t len, std::size_t& i);
   // The field name seen so far in this read (`complete`: its colon follows).
   void lex_field_name(std::string_view part, bool complete);
 

@@ -121,12 +121,25 @@ std::string Gateway::build_snapshot(std::shared_ptr<const config::Config> cfg, s
   auto snap = std::make_shared<Snapshot>();
   snap->config = cfg;
   std::shared_ptr<const Snapshot> prev = snapshot();
+  if (std::string err = build_clusters(*cfg, prev.get(), *snap); !err.empty()) return err;
+  if (std::string err = build_listener_tls(*cfg, *snap); !err.empty()) return err;
+  std::string err;
+  auto table = routing::RouteTable::build(*cfg, snap->clusters, err);
+  if (!table.ok()) return err;
+  snap->routes = std::move(*table);
+  attach_route_stats(*cfg, *snap);
+  build_admission_limits(*cfg, prev.get(), *snap);
+  for (const auto& l : cfg->listeners) snap->listeners_by_key[listener_key(l)] = &l;
+  out = std::move(snap);
+  return "";
+}
 
-  // Clusters: resolve names (blocking getaddrinfo, on this control thread, never a
-  // worker) and carry unchanged endpoints (pools, health) over.
-  for (const auto& c : cfg->clusters) {
+std::string Gateway::build_clusters(const config::Config& cfg, const Snapshot* prev, Snapshot& snap) {
+  // Resolve names (blocking getaddrinfo, on this control thread, never a worker) and carry
+  // unchanged endpoints (pools, health) over.
+  for (const auto& c : cfg.clusters) {
     const upstream::Cluster* old = nullptr;
-    if (prev) {
+    if (prev != nullptr) {
       for (const auto& pc : prev->clusters) {
         if (pc->name() == c.name) old = pc.get();
       }
@@ -134,70 +147,61 @@ std::string Gateway::build_snapshot(std::shared_ptr<const config::Config> cfg, s
     std::string err;
     auto built = upstream::Cluster::build(c, old, rt_.exec().config().worker_threads, err);
     if (!built.ok()) return err;
-    snap->clusters.push_back(std::move(*built));
+    snap.clusters.push_back(std::move(*built));
   }
-  if (std::string err = build_listener_tls(*cfg, *snap); !err.empty()) return err;
-  std::string err;
-  auto table = routing::RouteTable::build(*cfg, snap->clusters, err);
-  if (!table.ok()) return err;
-  snap->routes = std::move(*table);
+  return "";
+}
 
+void Gateway::attach_route_stats(const config::Config& cfg, Snapshot& snap) {
   // Statistics live across reloads, keyed by name.
-  for (const auto& r : cfg->routes) {
+  for (const auto& r : cfg.routes) {
     auto& rs = route_stats_[r.name];
     if (!rs) rs = std::make_shared<RouteStats>(r.name);
-    snap->route_stats.push_back(rs);
+    snap.route_stats.push_back(rs);
   }
   auto& unrouted = route_stats_[""];
   if (!unrouted) unrouted = std::make_shared<RouteStats>("");
-  snap->unrouted_stats = unrouted;
+  snap.unrouted_stats = unrouted;
+}
 
-  // Admission semaphores: kept when their size is unchanged (permits in flight stay
-  // valid); a resized one starts fresh and the old one drains with its requests.
-  const auto& lim = cfg->limits;
-  auto keep_or_make = [&](std::shared_ptr<exec::Semaphore> old, std::size_t permits, std::size_t queue,
-                          std::size_t old_permits, std::size_t old_queue) -> std::shared_ptr<exec::Semaphore> {
+void Gateway::build_admission_limits(const config::Config& cfg, const Snapshot* prev, Snapshot& snap) {
+  // Semaphores are kept when their size is unchanged (permits in flight stay valid); a
+  // resized one starts fresh and the old one drains with its requests.
+  const auto& lim = cfg.limits;
+  const config::Config* pc = prev != nullptr ? prev->config.get() : nullptr;
+  const std::size_t old_queue = pc != nullptr ? pc->limits.max_queued_requests : 0;
+  auto keep_or_make = [&](std::shared_ptr<exec::Semaphore> old, std::size_t permits,
+                          std::size_t old_permits) -> std::shared_ptr<exec::Semaphore> {
     if (permits == 0) return nullptr;
+    const std::size_t queue = lim.max_queued_requests;
     auto sem = old && permits == old_permits && queue == old_queue ? std::move(old)
                                                                    : std::make_shared<exec::Semaphore>(permits, queue);
     sem->set_lifo_after(lim.lifo_after);  // kept semaphores take a changed order at once
     return sem;
   };
-  const config::Config* pc = prev ? prev->config.get() : nullptr;
-  snap->global_limit = keep_or_make(prev ? prev->global_limit : nullptr, lim.max_concurrent_requests,
-                                    lim.max_queued_requests, pc ? pc->limits.max_concurrent_requests : 0,
-                                    pc ? pc->limits.max_queued_requests : 0);
-  for (std::size_t i = 0; i < cfg->routes.size(); ++i) {
-    const auto& r = cfg->routes[i];
+  snap.global_limit = keep_or_make(prev != nullptr ? prev->global_limit : nullptr, lim.max_concurrent_requests,
+                                   pc != nullptr ? pc->limits.max_concurrent_requests : 0);
+  for (const auto& r : cfg.routes) {
     std::shared_ptr<exec::Semaphore> old;
     std::size_t old_n = 0;
-    if (prev) {
-      for (std::size_t j = 0; j < prev->config->routes.size(); ++j) {
-        if (prev->config->routes[j].name == r.name) {
-          old = prev->route_limits[j];
-          old_n = prev->config->routes[j].max_concurrent_requests;
-        }
+    for (std::size_t j = 0; pc != nullptr && j < pc->routes.size(); ++j) {
+      if (pc->routes[j].name == r.name) {
+        old = prev->route_limits[j];
+        old_n = pc->routes[j].max_concurrent_requests;
       }
     }
-    snap->route_limits.push_back(keep_or_make(old, r.max_concurrent_requests, lim.max_queued_requests, old_n,
-                                              pc ? pc->limits.max_queued_requests : 0));
+    snap.route_limits.push_back(keep_or_make(old, r.max_concurrent_requests, old_n));
   }
-  for (const auto& c : cfg->clusters) {
+  for (const auto& c : cfg.clusters) {
     std::shared_ptr<exec::Semaphore> old;
     std::size_t old_n = 0;
-    if (prev) {
+    if (prev != nullptr) {
       auto it = prev->cluster_limits.find(c.name);
       if (it != prev->cluster_limits.end()) old = it->second;
-      if (const auto* oc = prev->config->find_cluster(c.name)) old_n = oc->max_concurrent_requests;
+      if (const auto* oc = pc->find_cluster(c.name)) old_n = oc->max_concurrent_requests;
     }
-    if (auto s = keep_or_make(old, c.max_concurrent_requests, lim.max_queued_requests, old_n,
-                              pc ? pc->limits.max_queued_requests : 0)) {
-      snap->cluster_limits[c.name] = s;
-    }
+    if (auto s = keep_or_make(old, c.max_concurrent_requests, old_n)) snap.cluster_limits[c.name] = s;
   }
-  for (const auto& l : cfg->listeners) snap->listeners_by_key[listener_key(l)] = &l;
-  out = std::move(snap);
-  return "";
 }
 
 std::string Gateway::bind_listener(const config::ListenerSection& l, std::shared_ptr<ListenerState>& out) {

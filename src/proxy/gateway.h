@@ -126,6 +126,10 @@ class Gateway {
   std::string build_snapshot(std::shared_ptr<const config::Config> cfg, std::shared_ptr<Snapshot>& out);
   // TLS listeners' contexts (certificates, SNI, ticket keys kept across reloads).
   std::string build_listener_tls(const config::Config& cfg, Snapshot& snap);
+  // build_snapshot's parts; `prev` is the snapshot being replaced (nullptr at start).
+  std::string build_clusters(const config::Config& cfg, const Snapshot* prev, Snapshot& snap);
+  void attach_route_stats(const config::Config& cfg, Snapshot& snap);
+  static void build_admission_limits(const config::Config& cfg, const Snapshot* prev, Snapshot& snap);
   std::string bind_listener(const config::ListenerSection& l, std::shared_ptr<ListenerState>& out);
   void start_accepting(const std::shared_ptr<ListenerState>& ls);
   void stop_listener(const std::shared_ptr<ListenerState>& ls);
