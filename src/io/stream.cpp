@@ -8,8 +8,9 @@ exec::Task<std::error_code> Stream::accept_tls(SSL_CTX* ctx, Deadline dl) {
   co_return co_await tls_->handshake(tcp_, dl);
 }
 
-exec::Task<std::error_code> Stream::connect_tls(SSL_CTX* ctx, std::string server_name, Deadline dl) {
-  tls_ = TlsLayer::client(ctx, server_name);
+exec::Task<std::error_code> Stream::connect_tls(SSL_CTX* ctx, std::string server_name, Deadline dl,
+                                                std::shared_ptr<TlsSessionSlot> resume) {
+  tls_ = TlsLayer::client(ctx, server_name, std::move(resume));
   if (!tls_) co_return make_error_code(TlsErrc::kHandshake);
   co_return co_await tls_->handshake(tcp_, dl);
 }

@@ -26,8 +26,10 @@ class Stream {
   // On failure the stream is only good for closing; tls()->reason() and failure_kind()
   // say why.
   exec::Task<std::error_code> accept_tls(SSL_CTX* ctx, Deadline dl);
-  // Runs a client-side TLS handshake expecting `server_name` (TlsLayer::client).
-  exec::Task<std::error_code> connect_tls(SSL_CTX* ctx, std::string server_name, Deadline dl);
+  // Runs a client-side TLS handshake expecting `server_name` (TlsLayer::client), offering
+  // to resume the session kept in `resume`, if any.
+  exec::Task<std::error_code> connect_tls(SSL_CTX* ctx, std::string server_name, Deadline dl,
+                                          std::shared_ptr<TlsSessionSlot> resume = nullptr);
   bool is_tls() const { return tls_ != nullptr; }
   TlsLayer* tls() { return tls_.get(); }
 

@@ -76,10 +76,12 @@ std::unique_ptr<TlsLayer> TlsLayer::server(SSL_CTX* ctx) {
   return std::unique_ptr<TlsLayer>(new TlsLayer(ssl));
 }
 
-std::unique_ptr<TlsLayer> TlsLayer::client(SSL_CTX* ctx, const std::string& server_name) {
+std::unique_ptr<TlsLayer> TlsLayer::client(SSL_CTX* ctx, const std::string& server_name,
+                                           std::shared_ptr<TlsSessionSlot> resume) {
   SSL* ssl = SSL_new(ctx);
   if (ssl == nullptr) return nullptr;
   SSL_set_connect_state(ssl);
+  if (resume) attach_slot(ssl, std::move(resume));
   in6_addr ip6;
   in_addr ip4;
   const bool is_ip = ::inet_pton(AF_INET, server_name.c_str(), &ip4) == 1 ||

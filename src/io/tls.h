@@ -50,6 +50,26 @@ struct TlsSummary {
   std::string peer_subject;
 };
 
+// The latest session one server issued to our client connections, for the next connection
+// to resume (no certificate exchange or verification, no signature: an abbreviated
+// handshake). Shared by the connections to that server; thread-safe.
+class TlsSessionSlot {
+ public:
+  TlsSessionSlot() = default;
+  ~TlsSessionSlot();
+  TlsSessionSlot(const TlsSessionSlot&) = delete;
+  TlsSessionSlot& operator=(const TlsSessionSlot&) = delete;
+  // A reference to the kept session (the caller frees it), or nullptr.
+  SSL_SESSION* get() const;
+  // Keeps `s` (takes the caller's reference) in place of the one kept before.
+  void keep(SSL_SESSION* s);
+  void forget() { keep(nullptr); }
+
+ private:
+  mutable std::mutex mu_;
+  SSL_SESSION* session_ = nullptr;
+};
+
 class TlsLayer {
  public:
   // A server-side session on `ctx` (SNI may switch it to another context during the
@@ -57,8 +77,14 @@ class TlsLayer {
   static std::unique_ptr<TlsLayer> server(SSL_CTX* ctx);
   // A client-side session that expects `server_name`: sent as SNI (unless it is an IP
   // literal) and, when the context verifies, checked against the certificate's names (or
-  // IP addresses).
-  static std::unique_ptr<TlsLayer> client(SSL_CTX* ctx, const std::string& server_name);
+  // IP addresses). With `resume`, it offers the session kept there (from an earlier
+  // connection to the same server), and keeps there the sessions this server issues; the
+  // context must have gone through enable_client_resumption().
+  static std::unique_ptr<TlsLayer> client(SSL_CTX* ctx, const std::string& server_name,
+                                          std::shared_ptr<TlsSessionSlot> resume = nullptr);
+  // Makes `ctx`'s client sessions hand the sessions their servers issue (TLS 1.2 session
+  // ids, TLS 1.3 tickets) to their TlsSessionSlot, not to OpenSSL's internal cache.
+  static void enable_client_resumption(SSL_CTX* ctx);
   ~TlsLayer();
   TlsLayer(const TlsLayer&) = delete;
   TlsLayer& operator=(const TlsLayer&) = delete;
@@ -82,6 +108,8 @@ class TlsLayer {
   void close_notify(TcpStream& sock);
 
   TlsSummary summary() const;
+  // Whether the handshake resumed an earlier session.
+  bool resumed() const { return SSL_session_reused(ssl_) == 1; }
   // The cause of the last failure: OpenSSL's reason ("no shared cipher"), or ours.
   const std::string& reason() const { return reason_; }
   // A short, bounded word for the cause of a failed handshake (a metrics label):
@@ -90,6 +118,8 @@ class TlsLayer {
 
  private:
   explicit TlsLayer(SSL* ssl);
+  // Offers `slot`'s session on `ssl` and has `ssl` keep its new sessions there.
+  static void attach_slot(SSL* ssl, std::shared_ptr<TlsSessionSlot> slot);
   // Moves what OpenSSL wrote into out_ (mu_ held).
   void take_output_locked();
   // Replaces empty memory BIOs that grew big (mu_ held).

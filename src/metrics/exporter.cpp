@@ -286,6 +286,10 @@ void upstream_families(Families& fs, const Snap& snap) {
   auto& up_opened = fs.family("stealgate_upstream_connections_opened_total",
                               "Upstream connections opened for requests (a pooled one was not available).",
                               MetricType::Counter);
+  auto& up_tls = fs.family("stealgate_upstream_tls_handshakes_total",
+                           "TLS handshakes of upstream connections opened for requests, by whether they "
+                           "resumed the session the endpoint issued before.",
+                           MetricType::Counter);
   auto& up_to = fs.family("stealgate_upstream_timeouts_total", "Upstream response timeouts.", MetricType::Counter);
   auto& up_retry = fs.family("stealgate_upstream_retries_total", "Retried upstream requests.", MetricType::Counter);
   auto& up_budget = fs.family("stealgate_upstream_retry_budget_exhausted_total", "Retries refused by the retry budget.",
@@ -311,6 +315,12 @@ void upstream_families(Families& fs, const Snap& snap) {
       Families::add(up_req, lb, static_cast<double>(s.requests.load()));
       Families::add(up_cerr, lb, static_cast<double>(s.connect_errors.load()));
       Families::add(up_opened, lb, static_cast<double>(s.connections_opened.load()));
+      if (c->tls() != nullptr) {
+        for (int resumed = 0; resumed < 2; ++resumed) {
+          Families::add(up_tls, {{"cluster", c->name()}, {"resumed", resumed == 1 ? "true" : "false"}},
+                        static_cast<double>(s.tls_handshakes[static_cast<std::size_t>(resumed)].load()));
+        }
+      }
       Families::add(up_to, lb, static_cast<double>(s.timeouts.load()));
       Families::add(up_retry, lb, static_cast<double>(s.retries.load()));
       Families::add(up_budget, lb, static_cast<double>(s.retries_budget_exhausted.load()));

@@ -61,13 +61,15 @@ exec::Task<std::error_code> open_upstream(io::IoContext ioc, upstream::Cluster& 
   out = io::Stream(std::move(*c));
   const tls::ClientContext* tls = cluster.tls();
   if (tls == nullptr) co_return std::error_code{};
-  if (std::error_code ec = co_await out.connect_tls(tls->ctx(), tls->server_name(ep.host()), dl)) {
+  if (std::error_code ec = co_await out.connect_tls(tls->ctx(), tls->server_name(ep.host()), dl, ep.tls_session())) {
     why = "upstream TLS handshake with " + ep.name() + " failed: " +
           (out.tls() != nullptr && !out.tls()->reason().empty() ? out.tls()->reason() : ec.message());
     SG_LOG_WARN("cluster {}: {}", cluster.name(), why);
+    ep.tls_session()->forget();  // the next connection starts afresh
     out.close();
     co_return ec;
   }
+  cluster.stats().tls_handshakes[out.tls()->resumed() ? 1 : 0].fetch_add(1, std::memory_order_relaxed);
   co_return std::error_code{};
 }
 

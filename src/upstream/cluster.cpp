@@ -79,6 +79,7 @@ Result<std::shared_ptr<Cluster>> Cluster::build(const config::ClusterSection& cf
       error = "cluster \"" + cfg.name + "\" tls: " + why;
       return std::make_error_code(std::errc::invalid_argument);
     }
+    io::TlsLayer::enable_client_resumption(tls->ctx());  // into each endpoint's tls_session()
   }
   auto stats = previous != nullptr ? previous->stats_ : std::make_shared<ClusterStats>();
   auto cluster = std::shared_ptr<Cluster>(new Cluster(cfg, std::move(eps), std::move(stats)));

@@ -3,6 +3,7 @@
 // previous snapshot's cluster of the same name when unchanged.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <memory>
 #include <string>
@@ -21,6 +22,8 @@ struct ClusterStats {
   std::atomic<uint64_t> requests{0};
   std::atomic<uint64_t> connect_errors{0};
   std::atomic<uint64_t> connections_opened{0};  // by requests (not health checks)
+  // TLS handshakes of those connections: [0] full, [1] resumed (a kept session).
+  std::array<std::atomic<uint64_t>, 2> tls_handshakes{};
   std::atomic<uint64_t> timeouts{0};
   std::atomic<uint64_t> retries{0};
   std::atomic<uint64_t> retries_budget_exhausted{0};

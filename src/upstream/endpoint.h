@@ -1,6 +1,7 @@
-// An upstream endpoint: resolved address, weight, live counters, health, keep-alive pool.
-// Shared (shared_ptr) between config snapshots while its definition is unchanged, so a
-// reload keeps warm connections and health state.
+// An upstream endpoint: resolved address, weight, live counters, health, keep-alive pool,
+// and the TLS session it last issued. Shared (shared_ptr) between config snapshots while
+// its definition (and its cluster's TLS settings) is unchanged, so a reload keeps warm
+// connections, resumable sessions and health state.
 #pragma once
 
 #include <atomic>
@@ -30,6 +31,8 @@ class Endpoint {
   const io::tcp::endpoint& address() const { return addr_; }
   uint32_t weight() const { return weight_; }
   ConnPool& pool() { return pool_; }
+  // The session new TLS connections to this endpoint offer to resume (see io/tls.h).
+  const std::shared_ptr<io::TlsSessionSlot>& tls_session() const { return tls_session_; }
   EndpointStats& stats() { return stats_; }
 
   // Requests in flight to this endpoint (least_request balancing, metrics).
@@ -51,6 +54,7 @@ class Endpoint {
   io::tcp::endpoint addr_;
   uint32_t weight_;
   ConnPool pool_;
+  std::shared_ptr<io::TlsSessionSlot> tls_session_ = std::make_shared<io::TlsSessionSlot>();
   EndpointStats stats_;
 };
 

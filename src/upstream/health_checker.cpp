@@ -8,12 +8,13 @@
 namespace sg::upstream {
 
 exec::Task<bool> probe(io::IoContext ctx, const io::tcp::endpoint& ep, const config::HealthCheckSection& hc,
-                       const std::string& host, const tls::ClientContext* tls, const std::string& server_name) {
+                       const std::string& host, const tls::ClientContext* tls, const std::string& server_name,
+                       std::shared_ptr<io::TlsSessionSlot> session) {
   io::Deadline dl = io::Deadline::after(hc.timeout);
   auto conn = co_await io::TcpStream::connect(ctx, ep, dl);
   if (!conn.ok()) co_return false;
   io::Stream stream(std::move(*conn));
-  if (tls != nullptr && co_await stream.connect_tls(tls->ctx(), server_name, dl)) co_return false;
+  if (tls != nullptr && co_await stream.connect_tls(tls->ctx(), server_name, dl, session)) co_return false;
   std::string req = "GET " + hc.path + " HTTP/1.1\r\nHost: " + host +
                     "\r\nUser-Agent: stealgate-health-check\r\nConnection: close\r\n\r\n";
   if (co_await stream.write_all(req, dl)) co_return false;
@@ -42,7 +43,8 @@ exec::Task<void> check_loop(io::IoContext ctx, std::shared_ptr<Cluster> cluster,
   uint32_t successes = 0, failures = 0;
   for (;;) {
     const tls::ClientContext* tls = cluster->tls();
-    bool ok = co_await probe(ctx, ep->address(), hc, host, tls, tls != nullptr ? tls->server_name(ep->host()) : host);
+    bool ok = co_await probe(ctx, ep->address(), hc, host, tls, tls != nullptr ? tls->server_name(ep->host()) : host,
+                             ep->tls_session());
     if (ok) {
       failures = 0;
       ++successes;

@@ -33,6 +33,7 @@ class HealthChecker {
 
 // One probe (exposed for tests). True when the endpoint answered with an expected status.
 exec::Task<bool> probe(io::IoContext ctx, const io::tcp::endpoint& ep, const config::HealthCheckSection& hc,
-                       const std::string& host, const tls::ClientContext* tls, const std::string& server_name);
+                       const std::string& host, const tls::ClientContext* tls, const std::string& server_name,
+                       std::shared_ptr<io::TlsSessionSlot> session = nullptr);
 
 }  // namespace sg::upstream

@@ -264,6 +264,30 @@ class UpstreamTlsTest(unittest.TestCase):
         self.assertEqual({e["sni"] for e in log}, {"up.test"})
         self.assertEqual(len({e["conn"] for e in log}), 1, "the pooled TLS connection was not reused")
 
+    def test_new_connections_resume_the_endpoints_session(self):
+        sg = self.start(f"sni: up.test, ca: {self.c.ca}")
+        self.up.clear_log()
+        c = Client(sg.port)
+        for i in range(4):  # the upstream closes each connection: every request opens one
+            self.assertEqual(c.request("GET", f"/close-after?n={i}").status, 200)
+        c.close()
+        resumed = [e["resumed"] for e in self.up.log()]
+        self.assertEqual(resumed, [False, True, True, True], "later connections did not resume the first's session")
+        self.assertEqual(sg.metric("stealgate_upstream_tls_handshakes_total", cluster="app", resumed="false"), 1)
+        self.assertEqual(sg.metric("stealgate_upstream_tls_handshakes_total", cluster="app", resumed="true"), 3)
+        # A reload keeps the endpoint and its session while the cluster's TLS settings stay;
+        # other settings start without one.
+        self.assertTrue(sg.reload())
+        self.up.clear_log()
+        self.assertEqual(Client(sg.port).request("GET", "/close-after?after-reload").status, 200)
+        self.assertEqual([e["resumed"] for e in self.up.log()], [True])
+        with open(sg.config_path) as f:
+            text = f.read()
+        self.assertTrue(sg.reload(text.replace("sni: up.test,", "sni: up.test, min_version: \"1.3\",")))
+        self.up.clear_log()
+        self.assertEqual(Client(sg.port).request("GET", "/close-after?other-settings").status, 200)
+        self.assertEqual([e["resumed"] for e in self.up.log()], [False])
+
     def test_an_ip_endpoint_is_verified_against_the_certificates_addresses(self):
         sg = self.start(f"ca: {self.c.ca}")
         self.up.clear_log()

@@ -126,7 +126,8 @@ def handle(conn, req, conn_id):
       with LOG_LOCK:
         LOG.append({"method": req["method"], "target": req["target"], "headers": req["headers"],
                     "body_len": len(req["body"] or b""), "trailers": req["trailers"], "conn": conn_id,
-                    "upstream": NAME, "sni": getattr(s, "sni", None), "client_cert": tls_peer(s)})
+                    "upstream": NAME, "sni": getattr(s, "sni", None), "client_cert": tls_peer(s),
+                    "resumed": s.session_reused if isinstance(s, ssl.SSLSocket) else None})
     if path == "/__log":
         with LOG_LOCK:
             if req["method"] == "DELETE":
