@@ -73,7 +73,7 @@ std::string last_chunk(const http::HeaderMap& trailers, bool forward_trailers) {
 }
 
 Http1Response::Http1Response(io::Stream& client, http::MessageReader& reader, const config::ListenerSection& listener,
-                             const config::RouteSection& route)
+                             const config::RouteSection* route)
     : client_(client),
       reader_(reader),
       listener_(listener),
@@ -106,7 +106,7 @@ void Http1Response::start(const http::ResponseHead& resp, bool keep_alive) {
   keep_ = keep_alive && !http10_;
   head_.clear();
   append_client_response_head(head_, resp, resp.reason.empty() ? http::reason_phrase(resp.status) : resp.reason,
-                              &route_, chunked_, !keep_, /*upgrade=*/false);
+                              route_, chunked_, !keep_, /*upgrade=*/false);
 }
 
 exec::Task<std::error_code> Http1Response::send_body(std::span<const std::string_view> pieces, bool done,
@@ -137,7 +137,7 @@ exec::Task<void> Http1Response::switch_protocols(const http::ResponseHead& resp,
   keep_ = false;
   std::string head;
   append_client_response_head(head, resp, resp.reason.empty() ? http::reason_phrase(resp.status) : resp.reason,
-                              &route_, /*chunked_to_client=*/false, /*close=*/false, /*upgrade=*/true);
+                              route_, /*chunked_to_client=*/false, /*close=*/false, /*upgrade=*/true);
   if (co_await client_.write_all(head, send_deadline())) {
     ctx.status = 0;
     ctx.note = "client write failed";

@@ -51,9 +51,12 @@ class DownstreamResponse {
 
 class Http1Response final : public DownstreamResponse {
  public:
-  // `reader` holds the request (its version, method, bytes after it for a tunnel).
+  // `reader` holds the request (its version, method, bytes after it for a tunnel). Before
+  // routing there is no `route`: only send_continue and send_local may be used until
+  // set_route names the route whose response headers apply.
   Http1Response(io::Stream& client, http::MessageReader& reader, const config::ListenerSection& listener,
-                const config::RouteSection& route);
+                const config::RouteSection* route = nullptr);
+  void set_route(const config::RouteSection& route) { route_ = &route; }
 
   exec::Task<bool> send_continue() override;
   exec::Task<bool> send_interim(const http::ResponseHead& resp) override;
@@ -72,7 +75,7 @@ class Http1Response final : public DownstreamResponse {
   io::Stream& client_;
   http::MessageReader& reader_;
   const config::ListenerSection& listener_;
-  const config::RouteSection& route_;
+  const config::RouteSection* route_;
   const bool http10_;
   bool sent_continue_ = false;
   // The final response: its head (until sent), how it is framed for the client.

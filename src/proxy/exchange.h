@@ -59,7 +59,4 @@ struct ForwardResult {
 exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routing::CompiledRoute& route,
                                   Downstream& down, RequestContext& ctx);
 
-// Writes a locally generated reply; returns false when the client could not be written.
-exec::Task<bool> send_local(io::Stream& client, const std::string& bytes, const config::ListenerSection& l);
-
 }  // namespace sg::proxy

@@ -569,11 +569,6 @@ exec::Task<Verdict> Exchange::relay_response() {
 
 }  // namespace
 
-exec::Task<bool> send_local(io::Stream& client, const std::string& bytes, const config::ListenerSection& l) {
-  auto ec = co_await client.write_all(bytes, io::Deadline::after(l.send_timeout));
-  co_return !ec;
-}
-
 exec::Task<ForwardResult> forward(Gateway& gw, const Snapshot& snap, const routing::CompiledRoute& route,
                                   Downstream& down, RequestContext& ctx) {
   Exchange ex(gw, snap, route, down, ctx);

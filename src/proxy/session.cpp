@@ -84,6 +84,8 @@ exec::Task<Handled> handle_request(Gateway& gw, const std::shared_ptr<const Snap
   ctx.request_id = request_id_for(req);
 
   const bool has_body = req.body != http::BodyKind::kNone;
+  // Every reply to this request, from stealgate or relayed, goes out through `response`.
+  Http1Response response(client, reader, lcfg);
   // Takes a reference: class-type temporaries must not be passed by value into coroutines
   // (see exec/coro.h). ctx.note is set by the caller.
   auto local = [&](LocalReply& lr) -> exec::Task<Handled> {
@@ -94,8 +96,7 @@ exec::Task<Handled> handle_request(Gateway& gw, const std::shared_ptr<const Snap
     ctx.status = lr.status;
     if (!lr.head) ctx.bytes_out = lr.body.size();
     gs.local_replies.fetch_add(1, std::memory_order_relaxed);
-    std::string bytes = render_local_reply(lr);
-    bool ok = co_await send_local(client, bytes, lcfg);
+    bool ok = co_await response.send_local(lr);
     co_return Handled{ok && !lr.close};
   };
 
@@ -109,6 +110,7 @@ exec::Task<Handled> handle_request(Gateway& gw, const std::shared_ptr<const Snap
   ctx.route = route->cfg->name;
   ctx.route_index = static_cast<int>(route->index);
   const config::RouteSection& r = *route->cfg;
+  response.set_route(r);
 
   if (r.direct_response) {
     LocalReply lr;
@@ -143,7 +145,6 @@ exec::Task<Handled> handle_request(Gateway& gw, const std::shared_ptr<const Snap
   // upstream's pace instead of waiting behind the run queue.
   exec::set_current_task_priority(true);
 
-  Http1Response response(client, reader, lcfg, r);
   Downstream down{client, reader, response, lcfg, gw.draining(), permits};
   ForwardResult fr = co_await forward(gw, *snap, *route, down, ctx);
   co_return Handled{fr.client_reusable};
@@ -152,13 +153,14 @@ exec::Task<Handled> handle_request(Gateway& gw, const std::shared_ptr<const Snap
 // Answers a request that cannot be served (malformed, too slow, a refused path) and logs
 // it; the connection is closed after it.
 exec::Task<void> refuse_request(Gateway& gw, const Snapshot& snap, const config::ListenerSection& lcfg,
-                                io::Stream& client, int status, const std::string& note, const std::string& peer) {
+                                io::Stream& client, http::MessageReader& reader, int status, const std::string& note,
+                                const std::string& peer) {
   LocalReply lr;
   lr.status = status;
   lr.close = true;
   gw.stats().local_replies.fetch_add(1, std::memory_order_relaxed);
-  std::string bytes = render_local_reply(lr);
-  co_await send_local(client, bytes, lcfg);
+  Http1Response response(client, reader, lcfg);
+  co_await response.send_local(lr);
   snap.unrouted_stats->count("OTHER", status, 0);
   log_refused_request(peer, status, note);
 }
@@ -215,12 +217,12 @@ exec::Task<bool> serve_request(Gateway& gw, ListenerState& ls, const http::HeadR
     if (hr.status == http::ReadStatus::kTimeout && hr.partial) status = 408;  // slowloris
     if (status != 0) {
       ctx.note = status == 408 ? "request header timeout" : reader.parser().error_detail();
-      co_await refuse_request(gw, *snap, *lcfg, client, status, ctx.note, peer);
+      co_await refuse_request(gw, *snap, *lcfg, client, reader, status, ctx.note, peer);
     }
     co_return false;
   }
   if (std::string why = normalize_request(reader.parser().request(), lcfg->path, ls.stats); !why.empty()) {
-    co_await refuse_request(gw, *snap, *lcfg, client, 400, why, peer);
+    co_await refuse_request(gw, *snap, *lcfg, client, reader, 400, why, peer);
     co_return false;
   }
   if (lcfg->tls && lcfg->tls->client_auth != config::ClientAuth::kOff) {

@@ -47,7 +47,7 @@ std::string exchange(const std::string& request, F respond) {
     http::MessageReader reader(client, http::Parser::Mode::kRequest, http::ParserLimits{});
     http::HeadRead hr = co_await reader.read_head(io::Deadline::after(2s), 2s);
     if (hr.status != http::ReadStatus::kOk) co_return false;
-    Http1Response response(client, reader, listener, route);
+    Http1Response response(client, reader, listener, &route);
     co_await respond(response);
     co_return true;
   });
