@@ -154,7 +154,14 @@ class UringDriver final : public exec::Driver {
   bool close_later(int fd);
 
   static constexpr unsigned kReceiveBuffers = 256;          // per ring
-  static constexpr unsigned kReceiveBufferSize = 16 * 1024;  // a head, or a piece of a body
+  // A request or response head, or the first piece of a body. Small on purpose: the bytes
+  // are copied out of it into the reader's buffer, and a receive that fills it marks the
+  // socket as streaming, so the rest of a body is read with plain recvs straight into the
+  // reader's buffer (one copy, the kernel's). At 16 KiB, the copy and the 4 MiB of buffers
+  // per ring cycling through the cache cost 67-69 us per proxied POST of 16 KiB against
+  // 55-60 us at 4 KiB (the epoll driver: 55-59 us); GET 64 KiB 89-92 against 85-86 us;
+  // small GETs unchanged (alternating runs, tests/bench/proxy-bench.yaml's 18004).
+  static constexpr unsigned kReceiveBufferSize = 4 * 1024;
 
   // Operations started and not yet completed, and cancels: sent by this ring's worker, and
   // queued to it by other threads (for tests and metrics).
