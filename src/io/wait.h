@@ -155,13 +155,9 @@ struct ReadyAwaiter {
 inline ReadyAwaiter wait_ready(Socket& sock, Interest what, Deadline dl) { return ReadyAwaiter{sock, what, dl}; }
 
 // Waits until `a` or `b` (when given) is readable, or the deadline passes. Yields 0 or 1
-// for which socket became ready, or an error (errc::timed_out at the deadline). Both waits
-// are the sockets' receives (ReceiveWait): on io_uring what arrives stays in the socket's
-// receive for the read that follows, so nothing is lost, and the losing side's receive is
-// only disarmed: it stays armed for that socket's next read instead of being cancelled.
-// (The proxy watches the client this way while it waits for the upstream's response; a
-// poll there cost a POLL_ADD and an ASYNC_CANCEL per request, and the next request's head
-// then needed a receive of its own.)
+// for which socket became ready, or an error (errc::timed_out at the deadline). `a`'s wait
+// is its receive (ReceiveWait: on io_uring the bytes are then in the socket, for the read
+// that follows); `b`'s only looks (a poll), so nothing of `b` is consumed.
 struct EitherReadable {
   int which = -1;
   std::error_code ec;
@@ -174,13 +170,13 @@ struct EitherAwaiter {
   bool ready_now = false;  // `a` is readable already (plaintext held by TLS): no wait
   exec::TimerEntry timer{};
   ReceiveWait wait_a{};
-  ReceiveWait wait_b{};
+  ReadyWait wait_b{};
 
   bool await_ready() const noexcept { return ready_now; }
   void await_suspend(std::coroutine_handle<> h) {
     exec::Waker w = exec::arm_wait(h);
     if (deadline.is_set()) arm_deadline(timer, deadline, w.clone());
-    if (b != nullptr) wait_b.start(*b, w.clone(), kTagReady + 2);
+    if (b != nullptr) wait_b.start(*b, Interest::kRead, w.clone(), kTagReady + 2);
     wait_a.start(a, std::move(w), kTagReady);
   }
   EitherReadable await_resume() {
@@ -188,7 +184,7 @@ struct EitherAwaiter {
     const exec::WaitResult r = exec::last_wait_result();
     timer.cancel();
     wait_a.stop();
-    wait_b.stop();
+    wait_b.cancel();
     if (r.value == kTagTimer) {
       return {-1, r.code == 0 ? std::make_error_code(std::errc::timed_out) : r.ec()};
     }
