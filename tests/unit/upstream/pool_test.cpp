@@ -34,14 +34,14 @@ Pair make_pair(io::Runtime& rt) {
   return Pair{io::Stream(io::TcpStream(std::move(*s))), sv[1]};
 }
 
-exec::RuntimeConfig one_worker() {
+exec::RuntimeConfig workers(std::size_t n) {
   exec::RuntimeConfig c;
-  c.worker_threads = 1;
+  c.worker_threads = n;
   return c;
 }
 
 TEST(ConnPool, AReleasedConnectionComesBackOnItsWorker) {
-  io::Runtime rt(one_worker());
+  io::Runtime rt(workers(1));
   ConnPool pool(PoolOptions{8, 60s, 1});
   Pair p = make_pair(rt);
   const int fd = p.stream.tcp().native_handle();
@@ -58,7 +58,7 @@ TEST(ConnPool, AReleasedConnectionComesBackOnItsWorker) {
 }
 
 TEST(ConnPool, AConnectionTheUpstreamClosedIsNeverCheckedOut) {
-  io::Runtime rt(one_worker());
+  io::Runtime rt(workers(1));
   ConnPool pool(PoolOptions{8, 60s, 1});
   Pair p = make_pair(rt);
   auto h = rt.spawn([&]() -> exec::Task<std::string> {
@@ -71,7 +71,7 @@ TEST(ConnPool, AConnectionTheUpstreamClosedIsNeverCheckedOut) {
 }
 
 TEST(ConnPool, UnsolicitedBytesMakeAConnectionStale) {
-  io::Runtime rt(one_worker());
+  io::Runtime rt(workers(1));
   ConnPool pool(PoolOptions{8, 60s, 1});
   Pair p = make_pair(rt);
   auto h = rt.spawn([&]() -> exec::Task<std::string> {
@@ -85,7 +85,7 @@ TEST(ConnPool, UnsolicitedBytesMakeAConnectionStale) {
 }
 
 TEST(ConnPool, ReapLetsGoOfClosedAndExpiredConnections) {
-  io::Runtime rt(one_worker());
+  io::Runtime rt(workers(1));
   ConnPool pool(PoolOptions{8, 50ms, 1});
   Pair closed = make_pair(rt), live = make_pair(rt);
   auto h = rt.spawn([&]() -> exec::Task<std::string> {
@@ -103,7 +103,7 @@ TEST(ConnPool, ReapLetsGoOfClosedAndExpiredConnections) {
 }
 
 TEST(ConnPool, KeepsAtMostMaxIdle) {
-  io::Runtime rt(one_worker());
+  io::Runtime rt(workers(1));
   ConnPool pool(PoolOptions{2, 60s, 1});
   std::vector<Pair> pairs;
   for (int i = 0; i < 3; ++i) pairs.push_back(make_pair(rt));
@@ -118,9 +118,7 @@ TEST(ConnPool, KeepsAtMostMaxIdle) {
 TEST(ConnPool, AConnectionReleasedOnOneWorkerIsReusedOnAnother) {
   // A keep-alive client's task moved to another worker between two requests: its next
   // request reuses the upstream connection rather than connecting a second one.
-  exec::RuntimeConfig two;
-  two.worker_threads = 2;
-  io::Runtime rt(two);
+  io::Runtime rt(workers(2));
   ConnPool pool(PoolOptions{8, 60s, 2});
   Pair p = make_pair(rt);
   const int fd = p.stream.tcp().native_handle();
@@ -139,9 +137,7 @@ TEST(ConnPool, AConnectionReleasedOnOneWorkerIsReusedOnAnother) {
 }
 
 TEST(ConnPool, WhatAFullWorkerCannotKeepGoesToAnotherUpToMaxIdle) {
-  exec::RuntimeConfig two;
-  two.worker_threads = 2;
-  io::Runtime rt(two);
+  io::Runtime rt(workers(2));
   ConnPool pool(PoolOptions{4, 60s, 2});  // two per worker, four in all
   std::vector<Pair> pairs;
   for (int i = 0; i < 5; ++i) pairs.push_back(make_pair(rt));
@@ -170,9 +166,7 @@ TEST(ConnPool, ConcurrentTasksNeverShareAConnection) {
   // Tasks that move between two workers take and give back 16 connections at once (the
   // pool's locks under ThreadSanitizer in the concurrency suite): none is ever handed to
   // two tasks at a time, none is lost, and every one is back at the end.
-  exec::RuntimeConfig two;
-  two.worker_threads = 2;
-  io::Runtime rt(two);
+  io::Runtime rt(workers(2));
   constexpr int kConns = 16, kTasks = 8, kRounds = 300;
   ConnPool pool(PoolOptions{kConns, 60s, 2});
   std::vector<Pair> pairs;
@@ -210,7 +204,7 @@ TEST(ConnPool, ConcurrentTasksNeverShareAConnection) {
 }
 
 TEST(ConnPool, OffTheWorkersNothingIsPooled) {
-  io::Runtime rt(one_worker());
+  io::Runtime rt(workers(1));
   ConnPool pool(PoolOptions{8, 60s, 1});
   Pair p = make_pair(rt);
   pool.release(std::move(p.stream));  // this thread is no worker: closed, not pooled
