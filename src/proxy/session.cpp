@@ -35,24 +35,39 @@ std::string endpoint_text(const io::tcp::endpoint& ep) {
   return ep.address().is_v6() ? "[" + ip + "]:" + std::to_string(ep.port()) : ip + ":" + std::to_string(ep.port());
 }
 
-// Who is on the other end of a downstream connection.
+// Who is on the other end of a downstream connection. Kept for the connection's life,
+// idle time included, so it is kept small.
 struct Peer {
-  std::string address;  // ip:port
-  std::string ip;
-  std::optional<io::TlsSummary> tls;  // on TLS listeners, what the handshake agreed on
+  std::string address;                  // ip:port
+  std::unique_ptr<io::TlsSummary> tls;  // on TLS listeners, what the handshake agreed on
+
+  explicit Peer(const io::Stream& s) : address(endpoint_text(s.remote_endpoint())) {}
+  // The address without its port (and an IPv6 address without its brackets).
+  std::string_view ip() const {
+    std::string_view ip = std::string_view(address).substr(0, address.rfind(':'));
+    if (ip.size() >= 2 && ip.front() == '[') ip = ip.substr(1, ip.size() - 2);
+    return ip;
+  }
 };
 
-// The TLS handshake of a new connection on a TLS listener; counts its outcome. What it
-// agreed on, or nothing when it failed.
-exec::Task<std::optional<io::TlsSummary>> accept_tls(ListenerState& ls, const tls::ServerContext& tc, io::Stream& client,
-                            const std::string& peer) {
+// Names the connection's task in /debug/tasks ("listener ip:port"). Not in the coroutine:
+// its temporaries would take room in the connection's frame for the connection's life.
+void label_connection(const std::string& listener, const Peer& who) {
+  exec::label_current_task({exec::TaskKind::kConnection, listener + " " + who.address});
+}
+
+// The TLS handshake of a new connection on a TLS listener; counts its outcome. On success
+// keeps what it agreed on in `who.tls` and returns true.
+exec::Task<bool> accept_tls(ListenerState& ls, const tls::ServerContext& tc, io::Stream& client, Peer& who) {
+  const std::string& peer = who.address;
   std::error_code ec =
       co_await client.accept_tls(tc.default_ctx(), io::Deadline::after(tc.config().handshake_timeout));
   io::TlsLayer* t = client.tls();
   if (!ec) {
-    io::TlsSummary s = t->summary();
+    who.tls = std::make_unique<io::TlsSummary>(t->summary());
+    const io::TlsSummary& s = *who.tls;
     ls.stats.tls_handshakes[tls_version_index(s.version)][s.resumed ? 1 : 0].fetch_add(1, std::memory_order_relaxed);
-    co_return s;
+    co_return true;
   }
   const std::string_view kind = t != nullptr ? t->failure_kind() : std::string_view("other");
   ls.stats.tls_failures[tls_failure_index(kind)].fetch_add(1, std::memory_order_relaxed);
@@ -68,7 +83,7 @@ exec::Task<std::optional<io::TlsSummary>> accept_tls(ListenerState& ls, const tl
     std::string bytes = render_local_reply(lr);
     co_await client.tcp().write_all(bytes, io::Deadline::after(1s));
   }
-  co_return std::nullopt;
+  co_return false;
 }
 
 struct Handled {
@@ -185,7 +200,7 @@ std::string normalize_request(http::RequestHead& req, const http::PathOptions& o
 
 // The verified client certificate's subject goes upstream in `header`; whatever the
 // client sent under that name never does (it would let anyone claim any identity).
-void pass_client_subject(http::RequestHead& req, const std::string& header, const std::optional<io::TlsSummary>& tls) {
+void pass_client_subject(http::RequestHead& req, const std::string& header, const io::TlsSummary* tls) {
   req.headers.remove(header);
   if (tls && !tls->peer_subject.empty()) req.headers.add(header, tls->peer_subject);
 }
@@ -203,8 +218,8 @@ exec::Task<bool> serve_request(Gateway& gw, ListenerState& ls, const http::HeadR
   RequestContext ctx;
   ctx.start = exec::tick_now();
   ctx.client = peer;
-  ctx.client_ip = who.ip;
-  if (who.tls) ctx.tls = &*who.tls;
+  ctx.client_ip = who.ip();
+  ctx.tls = who.tls.get();
   // The snapshot current when the request arrived serves it to the end.
   std::shared_ptr<const Snapshot> snap = gw.snapshot();
   if (const config::ListenerSection* now = snap->listener(ls.key)) {
@@ -226,7 +241,7 @@ exec::Task<bool> serve_request(Gateway& gw, ListenerState& ls, const http::HeadR
     co_return false;
   }
   if (lcfg->tls && lcfg->tls->client_auth != config::ClientAuth::kOff) {
-    pass_client_subject(reader.parser().request(), lcfg->tls->client_subject_header, who.tls);
+    pass_client_subject(reader.parser().request(), lcfg->tls->client_subject_header, who.tls.get());
   }
 
   Handled h = co_await handle_request(gw, snap, *lcfg, client, reader, ctx);
@@ -240,6 +255,27 @@ exec::Task<bool> serve_request(Gateway& gw, ListenerState& ls, const http::HeadR
   rs.count(req.method, ctx.status, dur_ns);
   write_access_log(ctx, req, dur_ns / 1000);
   co_return h.keep_alive && !gw.draining();
+}
+
+// Serves the requests that arrive without a pause, from the first byte of one request
+// until the connection is idle with nothing buffered (pipelined requests are served in
+// turn). Returns whether the connection stays open. `first_byte`: when the first request's
+// first byte must have arrived; `fresh`: it is the connection's first request. The reader, with its parser, lives only here, so an idle
+// keep-alive connection holds neither.
+exec::Task<bool> serve_requests(Gateway& gw, ListenerState& ls, const std::shared_ptr<SessionEntry>& entry,
+                                io::Stream& client, const Peer& who, io::Deadline first_byte, bool fresh,
+                                std::shared_ptr<const Snapshot>& lsnap, const config::ListenerSection*& lcfg) {
+  http::MessageReader reader(client, http::Parser::Mode::kRequest, parser_limits(*lcfg));
+  for (;;) {
+    http::HeadRead hr = co_await reader.read_head(first_byte, lcfg->header_timeout);
+    int expected = fresh ? SessionEntry::kFresh : SessionEntry::kIdle;
+    fresh = false;
+    if (!entry->state.compare_exchange_strong(expected, SessionEntry::kBusy)) co_return false;  // drain closed us
+    if (!co_await serve_request(gw, ls, hr, client, reader, who, lsnap, lcfg)) co_return false;
+    entry->state.store(SessionEntry::kIdle, std::memory_order_release);
+    if (!reader.has_buffered()) co_return true;
+    first_byte = io::Deadline::after(lcfg->idle_timeout);  // a pipelined request is here already
+  }
 }
 
 }  // namespace
@@ -257,39 +293,32 @@ exec::Task<void> serve_connection(Gateway& gw, std::shared_ptr<ListenerState> ls
     }
   } leave{gw, ls, entry};
 
-  Peer who;
-  who.address = endpoint_text(client.remote_endpoint());
-  const std::string& peer = who.address;
-  who.ip = peer.substr(0, peer.rfind(':'));
-  if (!who.ip.empty() && who.ip.front() == '[') who.ip = who.ip.substr(1, who.ip.size() - 2);
+  Peer who(client);
 
   // lcfg points into lsnap's configuration; lsnap keeps it alive (a reload may drop this
   // listener from newer snapshots while the connection lives on).
   std::shared_ptr<const Snapshot> lsnap = gw.snapshot();
   const config::ListenerSection* lcfg = lsnap->listener(ls->key);
   if (lcfg == nullptr) co_return;  // the listener was removed by a reload meanwhile
-  exec::label_current_task({exec::TaskKind::kConnection, lcfg->name + " " + peer});
+  label_connection(lcfg->name, who);
   // Held for the connection's life: the SNI callback and the contexts it switches to
   // belong to it (a reload may publish new certificates meanwhile).
   std::shared_ptr<const tls::ServerContext> tls_ctx = lsnap->tls_for(ls->key);
   if (tls_ctx) {
-    who.tls = co_await accept_tls(*ls, *tls_ctx, client, peer);
-    if (!who.tls) {
+    if (!co_await accept_tls(*ls, *tls_ctx, client, who)) {
       client.close();
       co_return;
     }
   }
-  http::MessageReader reader(client, http::Parser::Mode::kRequest, parser_limits(*lcfg));
-
   for (bool first = true;; first = false) {
     io::Deadline first_byte = io::Deadline::after(first ? lcfg->header_timeout : lcfg->idle_timeout);
-    // After a response the client needs a round trip before its next request arrives;
-    // the first request usually comes with the connection.
-    http::HeadRead hr = co_await reader.read_head(first_byte, lcfg->header_timeout, nullptr, /*wait_first=*/!first);
-    int expected = first ? SessionEntry::kFresh : SessionEntry::kIdle;
-    if (!entry->state.compare_exchange_strong(expected, SessionEntry::kBusy)) break;  // drain closed us
-    if (!co_await serve_request(gw, *ls, hr, client, reader, who, lsnap, lcfg)) break;
-    entry->state.store(SessionEntry::kIdle, std::memory_order_release);
+    if (!first) {
+      // Idle between requests: wait here, where the frame is small. The parser and the
+      // read buffer exist only while requests arrive (serve_requests).
+      io::EitherReadable w = co_await client.wait_readable(nullptr, first_byte);
+      if (w.ec) break;  // idle timeout, or the connection failed: close quietly
+    }
+    if (!co_await serve_requests(gw, *ls, entry, client, who, first_byte, first, lsnap, lcfg)) break;
   }
   client.close();
 }
