@@ -57,6 +57,7 @@ class HeaderMap {
   bool has_token(std::string_view name, std::string_view token) const;
 
   std::size_t size() const { return fields_.size(); }
+  std::size_t capacity() const { return fields_.capacity(); }
   bool empty() const { return fields_.empty(); }
   void clear() { fields_.clear(); }
   const_iterator begin() const { return fields_.begin(); }

@@ -1,6 +1,7 @@
 #include "http/parser.h"
 
 #include <cstring>
+#include <memory>
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -54,6 +55,85 @@ const llhttp_settings_t& Parser::settings() {
 Parser::Parser(Mode mode, const ParserLimits& limits) : mode_(mode), limits_(limits) {
   llhttp_init(&parser_, mode == Mode::kRequest ? HTTP_REQUEST : HTTP_RESPONSE, &settings());
   parser_.data = this;
+}
+
+void Parser::renew(Mode mode, const ParserLimits& limits) {
+  // Rebuilt as new, so that every field (including any added later) starts at its initial
+  // value; the containers are moved out and back so that their capacity survives.
+  RequestHead req = std::move(req_);
+  ResponseHead resp = std::move(resp_);
+  HeaderMap trailers = std::move(trailers_);
+  std::string field = std::move(field_);
+  std::string value = std::move(value_);
+  std::vector<std::string_view> body = std::move(body_);
+  std::destroy_at(this);
+  std::construct_at(this, mode, limits);
+  req_ = std::move(req);
+  req_.reset();
+  resp_ = std::move(resp);
+  resp_.reset();
+  trailers_ = std::move(trailers);
+  trailers_.clear();
+  field_ = std::move(field);
+  field_.clear();
+  value_ = std::move(value);
+  value_.clear();
+  body_ = std::move(body);
+  body_.clear();
+}
+
+bool Parser::oversized() const {
+  constexpr std::size_t kFields = 64;
+  constexpr std::size_t kString = 4096;
+  return req_.headers.capacity() > kFields || resp_.headers.capacity() > kFields || trailers_.capacity() > kFields ||
+         field_.capacity() > kString || value_.capacity() > kString || body_.capacity() > kFields ||
+         req_.target.capacity() > kString || req_.path.capacity() > kString;
+}
+
+namespace {
+
+// Parsers given back on this thread, for reuse (ParserRecycler). A parser released on
+// another thread than the one that took it simply joins that thread's cache. Trivially
+// destructible, so that a parser released during the thread's exit, after the cleaner
+// below has run, still finds it (closed) instead of a destroyed object.
+struct ParserCache {
+  static constexpr std::size_t kMax = 64;
+  Parser* free[kMax];
+  std::size_t n = 0;
+  bool closed = false;
+};
+thread_local ParserCache tl_parsers;
+
+// Frees the cached parsers when the thread exits.
+struct ParserCacheCleaner {
+  bool armed = false;
+  ~ParserCacheCleaner() {
+    for (std::size_t i = 0; i < tl_parsers.n; ++i) delete tl_parsers.free[i];
+    tl_parsers.n = 0;
+    tl_parsers.closed = true;
+  }
+};
+thread_local ParserCacheCleaner tl_parser_cleaner;
+
+}  // namespace
+
+ParserPtr acquire_parser(Parser::Mode mode, const ParserLimits& limits) {
+  ParserCache& c = tl_parsers;
+  if (c.n == 0) return ParserPtr(new Parser(mode, limits));
+  Parser* p = c.free[--c.n];
+  p->renew(mode, limits);
+  return ParserPtr(p);
+}
+
+void ParserRecycler::operator()(Parser* p) const noexcept {
+  ParserCache& c = tl_parsers;
+  if (c.closed || c.n == ParserCache::kMax || p->oversized()) {
+    delete p;
+    return;
+  }
+  if (c.n == 0) tl_parser_cleaner.armed = true;  // registers the cleaner for this thread
+  std::string().swap(p->copy_);  // a copied body: not worth keeping
+  c.free[c.n++] = p;
 }
 
 int Parser::fail(int status, std::string detail) {

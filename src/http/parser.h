@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,6 +41,14 @@ struct ParseResult {
   std::size_t consumed = 0;
   ParseEvent event = ParseEvent::kNeedMore;
 };
+
+class Parser;
+
+// Gives a parser back to the releasing thread's cache (or frees it).
+struct ParserRecycler {
+  void operator()(Parser* p) const noexcept;
+};
+using ParserPtr = std::unique_ptr<Parser, ParserRecycler>;
 
 class Parser {
  public:
@@ -159,6 +168,20 @@ class Parser {
   std::string error_detail_;
   ParseEvent pause_event_ = ParseEvent::kNeedMore;
   std::string copy_;
+
+  friend ParserPtr acquire_parser(Mode mode, const ParserLimits& limits);
+  friend struct ParserRecycler;
+  // Puts this parser in the state of a new one for `mode` and `limits`, keeping the
+  // capacity of its header lists and scratch strings.
+  void renew(Mode mode, const ParserLimits& limits);
+  // Whether keeping this parser for reuse would keep more memory than a typical message needs.
+  bool oversized() const;
 };
+
+// A parser in the state of a new one, from the calling thread's cache when it holds one.
+// Cached parsers keep the capacity their header lists and strings grew to, so a
+// keep-alive connection holds no parser while idle (it gives its parser back between
+// requests) and its next request still parses into warm, already-allocated memory.
+ParserPtr acquire_parser(Parser::Mode mode, const ParserLimits& limits);
 
 }  // namespace sg::http

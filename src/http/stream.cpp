@@ -61,7 +61,7 @@ thread_local BufferCache tl_buffers;
 
 MessageReader::MessageReader(io::Stream& s, Parser::Mode mode, const ParserLimits& limits)
     : s_(s),
-      parser_(mode, limits),
+      parser_(acquire_parser(mode, limits)),
       // A whole head always fits, so the parser's limits (431/414) trigger before the
       // buffer fills.
       cap_(std::max(kMinCap, limits.max_header_bytes + limits.max_target_bytes + 4096)) {}
@@ -116,7 +116,7 @@ exec::Task<HeadRead> MessageReader::read_head(io::Deadline first_byte, io::Clock
   bool readable = false;  // the last wait reported the peer readable: read, don't wait
   for (;;) {
     if (begin_ < end_ && !readable) {  // (just woken: nothing new to parse yet)
-      ParseResult r = parser_.feed(buf_ + begin_, end_ - begin_);
+      ParseResult r = parser_->feed(buf_ + begin_, end_ - begin_);
       begin_ += r.consumed;
       if (r.event == ParseEvent::kError) co_return HeadRead{ReadStatus::kParseError, {}, true};
       if (r.event == ParseEvent::kHeadDone) co_return HeadRead{ReadStatus::kOk, {}, true};
@@ -193,10 +193,10 @@ void MessageReader::top_up(BodyKind body) {
 BodyRead MessageReader::buffered_body() {
   // Feed even with nothing buffered: a message without a body completes that way.
   static char nothing[1];
-  ParseResult r = parser_.feed(buf_ ? buf_ + begin_ : nothing, end_ - begin_);
+  ParseResult r = parser_->feed(buf_ ? buf_ + begin_ : nothing, end_ - begin_);
   begin_ += r.consumed;
   if (r.event == ParseEvent::kError) return BodyRead{ReadStatus::kParseError, {}, {}, false};
-  chunks_.assign(parser_.body().begin(), parser_.body().end());
+  chunks_.assign(parser_->body().begin(), parser_->body().end());
   return BodyRead{ReadStatus::kOk, {}, chunks_, r.event == ParseEvent::kMessageDone};
 }
 
@@ -211,7 +211,7 @@ exec::Task<BodyRead> MessageReader::read_body(io::Deadline dl) {
       co_return BodyRead{rr.ec == std::errc::timed_out ? ReadStatus::kTimeout : ReadStatus::kIoError, rr.ec, {}, false};
     }
     if (rr.n == 0) {
-      ParseResult f = parser_.finish();
+      ParseResult f = parser_->finish();
       if (f.event == ParseEvent::kMessageDone) co_return BodyRead{ReadStatus::kOk, {}, {}, true};
       co_return BodyRead{ReadStatus::kIoError, {}, {}, false};
     }

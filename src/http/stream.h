@@ -77,7 +77,7 @@ class MessageReader {
   // and not done means nothing usable is buffered yet; read_body continues from there.
   BodyRead buffered_body();
 
-  Parser& parser() { return parser_; }
+  Parser& parser() { return *parser_; }
   // Bytes received after the current message.
   std::string_view buffered() const { return buf_ ? std::string_view(buf_ + begin_, end_ - begin_) : std::string_view(); }
   void discard_buffered() { begin_ = end_ = 0; }
@@ -94,7 +94,7 @@ class MessageReader {
   void release_buffer();
 
   io::Stream& s_;
-  Parser parser_;
+  ParserPtr parser_;  // from the thread's parser cache, given back with the reader
   char* buf_ = nullptr;   // from the per-thread buffer cache (stream.cpp)
   std::size_t size_ = 0;  // allocated bytes
   std::size_t cap_;       // the most the buffer may grow to

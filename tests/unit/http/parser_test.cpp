@@ -283,5 +283,71 @@ TEST(ResponseParser, MalformedUpstreamResponsesAre502) {
   EXPECT_EQ(truncated.status, 502);
 }
 
+// Parsers are recycled through a per-thread cache (acquire_parser): whatever state a parser
+// was left in (an error, half a head, a chunked body, the other mode, tighter limits), the
+// next taker must see a new parser; only the memory is reused.
+TEST(ParserCache, ARecycledParserIsIndistinguishableFromANewOne) {
+  const std::string get = "GET /x?q=1 HTTP/1.1\r\nHost: a.example\r\nX-One: 1\r\n\r\n";
+  Parser* first = nullptr;
+  {
+    ParserLimits tight;
+    tight.max_headers = 1;
+    ParserPtr p = acquire_parser(Parser::Mode::kResponse, tight);
+    first = p.get();
+    // A response parser, failed on a malformed head.
+    EXPECT_EQ(p->feed(std::string_view("HTTP/1.1 200 OK\r\nA: 1\r\nB: 2\r\n\r\n")).event, ParseEvent::kError);
+    EXPECT_NE(p->error_status(), 0);
+  }
+  {
+    ParserPtr p = acquire_parser(Parser::Mode::kRequest, {});
+    ASSERT_EQ(p.get(), first);  // the same memory, from this thread's cache
+    EXPECT_EQ(p->error_status(), 0);
+    EXPECT_FALSE(p->in_message());
+    ParseResult r = p->feed(get);
+    ASSERT_EQ(r.event, ParseEvent::kHeadDone);  // limits and mode are the new ones
+    EXPECT_EQ(p->request().path, "/x");
+    EXPECT_EQ(p->request().authority, "a.example");
+    EXPECT_EQ(p->request().headers.size(), 2u);
+    // Left in the middle of a chunked body.
+    ParserPtr q = acquire_parser(Parser::Mode::kRequest, {});
+    EXPECT_EQ(q->feed(std::string_view("POST / HTTP/1.1\r\nHost: b\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab")).event,
+              ParseEvent::kHeadDone);
+    q.reset();
+    // And one left with half a head.
+    p.reset();
+    ParserPtr half = acquire_parser(Parser::Mode::kRequest, {});
+    EXPECT_EQ(half->feed(std::string_view("GET /half HTTP/1.1\r\nHo")).event, ParseEvent::kNeedMore);
+  }
+  for (int i = 0; i < 3; ++i) {
+    ParserPtr p = acquire_parser(Parser::Mode::kRequest, {});
+    EXPECT_FALSE(p->in_message());
+    EXPECT_TRUE(p->request().headers.empty());
+    EXPECT_TRUE(p->body().empty());
+    std::string wire = get;
+    ParseResult r = p->feed(wire.data(), wire.size());
+    ASSERT_EQ(r.event, ParseEvent::kHeadDone) << "taker " << i;
+    EXPECT_EQ(p->request().method, "GET");
+    EXPECT_EQ(p->request().body, BodyKind::kNone);
+    EXPECT_EQ(p->feed(wire.data() + r.consumed, wire.size() - r.consumed).event, ParseEvent::kMessageDone);
+  }
+}
+
+TEST(ParserCache, AParserThatGrewLargeIsNotKept) {
+  std::string big = "GET / HTTP/1.1\r\nHost: a\r\n";
+  for (int i = 0; i < 100; ++i) big += "X-" + std::to_string(i) + ": v\r\n";
+  big += "\r\n";
+  {
+    ParserPtr p = acquire_parser(Parser::Mode::kRequest, {});
+    ASSERT_EQ(p->feed(big).event, ParseEvent::kHeadDone);
+    ASSERT_GT(p->request().headers.capacity(), 64u);
+  }
+  // Whatever the cache hands out now (its parser address may be reused by a new one), it
+  // is not holding a 100-field header list.
+  ParserPtr p = acquire_parser(Parser::Mode::kRequest, {});
+  ParserPtr q = acquire_parser(Parser::Mode::kRequest, {});
+  EXPECT_LE(p->request().headers.capacity(), 64u);
+  EXPECT_LE(q->request().headers.capacity(), 64u);
+}
+
 }  // namespace
 }  // namespace sg::http
