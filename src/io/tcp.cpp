@@ -95,6 +95,54 @@ std::size_t total_bytes(std::span<const std::string_view> bufs) {
   return n;
 }
 
+// Where a gathered write stands: bufs[idx], from `offset` on, holds the first unsent byte.
+// Kept out of the writing coroutines' frames along with the iovec array below (a
+// coroutine frame holds every local for the whole write).
+struct SendCursor {
+  std::span<const std::string_view> bufs;
+  std::size_t idx = 0;
+  std::size_t offset = 0;
+
+  bool done() {
+    while (idx < bufs.size() && bufs[idx].size() == offset) {
+      ++idx;
+      offset = 0;
+    }
+    return idx == bufs.size();
+  }
+  // After `n` more bytes went out.
+  void advance(std::size_t n) {
+    while (n > 0) {
+      const std::size_t k = std::min(n, bufs[idx].size() - offset);
+      n -= k;
+      offset += k;
+      if (offset == bufs[idx].size()) {
+        ++idx;
+        offset = 0;
+      }
+    }
+  }
+};
+
+// One sendmsg of what is left (at most 64 buffers of it): the bytes sent, or -1 and errno.
+ssize_t send_some(int fd, const SendCursor& c) {
+  constexpr std::size_t kMaxIov = 64;
+  iovec iov[kMaxIov];
+  std::size_t cnt = 0;
+  for (std::size_t i = c.idx; i < c.bufs.size() && cnt < kMaxIov; ++i) {
+    std::string_view b = c.bufs[i];
+    if (i == c.idx) b.remove_prefix(c.offset);
+    if (b.empty()) continue;
+    iov[cnt].iov_base = const_cast<char*>(b.data());
+    iov[cnt].iov_len = b.size();
+    ++cnt;
+  }
+  msghdr msg{};
+  msg.msg_iov = iov;
+  msg.msg_iovlen = cnt;
+  return ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+}
+
 // Whether reads on `s` go through receives on the current worker's ring.
 bool uses_receives(Socket& s) {
   if (s.receive_op() != nullptr) return true;
@@ -166,83 +214,37 @@ exec::Task<std::error_code> TcpStream::write_all(std::span<const std::string_vie
   if (sock_.reactor_handle() == nullptr && fd >= 0 && current_ring() != nullptr && total_bytes(bufs) < kDirectSend) {
     co_return co_await send_all(bufs, dl);
   }
-  constexpr std::size_t kMaxIov = 64;
-  std::size_t idx = 0;     // first buffer not fully written
-  std::size_t offset = 0;  // bytes of bufs[idx] already written
-  while (idx < bufs.size()) {
-    iovec iov[kMaxIov];
-    int cnt = 0;
-    for (std::size_t i = idx; i < bufs.size() && cnt < static_cast<int>(kMaxIov); ++i) {
-      std::string_view b = bufs[i];
-      if (i == idx) b.remove_prefix(offset);
-      if (b.empty()) continue;
-      iov[cnt].iov_base = const_cast<char*>(b.data());
-      iov[cnt].iov_len = b.size();
-      ++cnt;
-    }
-    if (cnt == 0) break;
-    msghdr msg{};
-    msg.msg_iov = iov;
-    msg.msg_iovlen = static_cast<std::size_t>(cnt);
-    ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+  SendCursor c{bufs};
+  while (!c.done()) {
+    const ssize_t n = send_some(fd, c);
     if (n < 0) {
-      int e = errno;
+      const int e = errno;
       if (e == EINTR) continue;
       if (!would_block(e)) co_return std::error_code{e, std::system_category()};
       if (std::error_code ec = co_await wait_ready(sock_, Interest::kWrite, dl)) co_return ec;
       continue;
     }
-    auto left = static_cast<std::size_t>(n);
-    while (idx < bufs.size() && left > 0) {
-      std::size_t avail = bufs[idx].size() - offset;
-      if (left >= avail) {
-        left -= avail;
-        ++idx;
-        offset = 0;
-      } else {
-        offset += left;
-        left = 0;
-      }
-    }
-    while (idx < bufs.size() && bufs[idx].size() == offset) {
-      ++idx;
-      offset = 0;
-    }
+    c.advance(static_cast<std::size_t>(n));
     co_await SpendBudget{};
   }
   co_return std::error_code{};
 }
 
 exec::Task<std::error_code> TcpStream::send_all(std::span<const std::string_view> bufs, Deadline dl) {
-  std::size_t idx = 0;
-  std::size_t offset = 0;
-  for (;;) {
-    while (idx < bufs.size() && bufs[idx].size() == offset) {
-      ++idx;
-      offset = 0;
-    }
-    if (idx == bufs.size()) co_return std::error_code{};
+  SendCursor c{bufs};
+  while (!c.done()) {
     // A task stolen since the last send goes on with the ring of the worker it is on.
     UringDriver* ring = current_ring();
     if (ring == nullptr) co_return std::make_error_code(std::errc::operation_not_supported);
-    const int fd = sock_.native_handle();
-    auto send = [fd, bufs, idx, offset](UringDriver& d, exec::Waker w, std::size_t tag) {
-      return d.start_send(fd, bufs, idx, offset, std::move(w), tag);
+    auto send = [fd = sock_.native_handle(), c](UringDriver& d, exec::Waker w, std::size_t tag) {
+      return d.start_send(fd, c.bufs, c.idx, c.offset, std::move(w), tag);
     };
     IoResult r = co_await RingAwaiter(*ring, send, dl);
     if (r.ec) co_return r.ec;
-    // A short send (the socket's buffer filled): the rest goes in the next one.
-    for (std::size_t left = r.n; left > 0;) {
-      const std::size_t k = std::min(left, bufs[idx].size() - offset);
-      left -= k;
-      offset += k;
-      if (offset == bufs[idx].size()) {
-        ++idx;
-        offset = 0;
-      }
-    }
+    c.advance(r.n);  // a short send (the socket's buffer filled): the rest goes in the next one
     co_await SpendBudget{};
   }
+  co_return std::error_code{};
 }
 
 exec::Task<std::error_code> TcpStream::write_all(std::string_view data, Deadline dl) {

@@ -85,6 +85,29 @@ TEST_P(Send, AWriteFarBiggerThanTheSocketBufferArrivesWholeAndInOrder) {
   ::close(p.peer);
 }
 
+TEST_P(Send, AGatheredWriteOfManyPiecesSomeEmptyArrivesWholeAndInOrder) {
+  SG_DRIVER_RUNTIME(rt, sg::testing::workers(2));
+  Pair p = make_pair(rt);
+  // 300 pieces (more than one sendmsg takes: 64 buffers), every third one empty, and big
+  // enough in total (~1.5 MiB) for short writes that end inside a piece.
+  std::vector<std::string> pieces;
+  std::string expected;
+  for (int i = 0; i < 300; ++i) {
+    pieces.push_back(i % 3 == 2 ? std::string() : pattern(static_cast<std::size_t>(1 + (i * 7919) % 10'000), i));
+    expected += pieces.back();
+  }
+  auto h = rt.spawn([&]() -> exec::Task<std::string> {
+    std::vector<std::string_view> bufs(pieces.begin(), pieces.end());
+    auto ec = co_await p.stream.write_all(std::span<const std::string_view>(bufs), Deadline::after(20s));
+    co_return ec ? ec.message() : "ok";
+  });
+  std::string got = read_peer(p.peer, expected.size(), 20s);
+  EXPECT_EQ(h.wait(), "ok");
+  ASSERT_EQ(got.size(), expected.size());
+  EXPECT_TRUE(got == expected) << "the bytes arrived out of order or changed";
+  ::close(p.peer);
+}
+
 TEST_P(Send, ThousandsOfSmallWritesArriveWholeAndInOrder) {
   SG_DRIVER_RUNTIME(rt, sg::testing::workers(2));
   Pair p = make_pair(rt);
