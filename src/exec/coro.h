@@ -341,8 +341,8 @@ struct CoroTask final : CoroTaskBase {
       : CoroTaskBase(&kVTable, s,
                      task_state::kNotified + task_state::kRefOne +
                          (with_handle ? task_state::kJoinInterest + task_state::kRefOne : 0)),
-        fn(std::move(f)),
-        root(make_root(*fn)) {
+        fn(keep_fn(f)),
+        root(make_root(f, fn)) {
     is_coroutine = 1;
     leaf = root.handle();
   }
@@ -350,15 +350,30 @@ struct CoroTask final : CoroTaskBase {
   static void* operator new(std::size_t n) { return task_alloc(n); }
   static void operator delete(void* p, std::size_t n) noexcept { task_free(p, n); }
 
-  std::optional<F> fn;  // released together with the frame
+  // A Task spawned as such needs nothing kept beside it: no slot for it (the task record
+  // of every connection is 16 bytes smaller, which puts it in a smaller allocation class).
+  static constexpr bool kSpawnedTask = std::is_same_v<std::remove_cvref_t<F>, Task<T>>;
+  struct NoFn {
+    void reset() noexcept {}
+  };
+  using FnSlot = std::conditional_t<kSpawnedTask, NoFn, std::optional<F>>;
+
+  [[no_unique_address]] FnSlot fn;  // released together with the frame
   Task<T> root;
   TaskOutput<T> output;
 
-  static Task<T> make_root(F& f) {
-    if constexpr (std::is_same_v<std::remove_cvref_t<F>, Task<T>>) {
+  static FnSlot keep_fn(F& f) {
+    if constexpr (kSpawnedTask) {
+      return NoFn{};
+    } else {
+      return FnSlot(std::move(f));
+    }
+  }
+  static Task<T> make_root(F& f, FnSlot& slot) {
+    if constexpr (kSpawnedTask) {
       return std::move(f);
     } else {
-      return f();
+      return (*slot)();
     }
   }
 

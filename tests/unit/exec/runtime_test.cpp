@@ -27,6 +27,18 @@ using sg::testing::workers;
 
 using sg::testing::eventually;
 
+// Every connection is a Task spawned as such; its record keeps no slot for a callable and
+// fits the 128-byte allocation class (task_alloc: 64-byte steps).
+static_assert(sizeof(CoroTask<void, Task<void>>) <= 128);
+
+Task<int> add_later(int a, int b);
+
+TEST(Runtime, ASpawnedTaskObjectRunsToItsResult) {
+  Runtime rt(workers(2));
+  auto h = rt.spawn(add_later(2, 3));
+  EXPECT_EQ(h.wait(), 5);
+}
+
 TEST(Runtime, ClosureTaskReturnsValue) {
   Runtime rt(workers(2));
   auto h = rt.spawn([] { return 41 + 1; });
