@@ -26,8 +26,31 @@ exec::Task<void> pump(io::Stream& from, io::Stream& to, std::chrono::millisecond
 
 }  // namespace
 
-exec::Task<std::error_code> write_body(io::Stream& dst, std::string_view prefix, std::span<const std::string_view> pieces,
-                                       bool chunked, std::string_view suffix, io::Deadline dl) {
+namespace {
+
+// A body of a few pieces, sent as it is (no chunked coding), with the prefix and suffix
+// around it: the common case (a response head and the body that came with it), with a
+// frame of a few hundred bytes.
+constexpr std::size_t kFewPieces = 8;
+
+exec::Task<std::error_code> write_few(io::Stream& dst, std::string_view prefix, std::span<const std::string_view> pieces,
+                                      std::string_view suffix, io::Deadline dl) {
+  std::array<std::string_view, kFewPieces + 2> bufs;
+  std::size_t n = 0;
+  if (!prefix.empty()) bufs[n++] = prefix;
+  for (std::string_view p : pieces) {
+    if (!p.empty()) bufs[n++] = p;
+  }
+  if (!suffix.empty()) bufs[n++] = suffix;
+  if (n == 0) co_return std::error_code{};
+  co_return co_await dst.write_all(std::span<const std::string_view>(bufs.data(), n), dl);
+}
+
+// Any body, in groups of up to 32 pieces per write, each piece framed as a chunk when
+// `chunked`.
+exec::Task<std::error_code> write_grouped(io::Stream& dst, std::string_view prefix,
+                                          std::span<const std::string_view> pieces, bool chunked,
+                                          std::string_view suffix, io::Deadline dl) {
   constexpr std::size_t kGroup = 32;
   std::array<std::string_view, kGroup * 3 + 2> bufs;
   std::array<std::array<char, 20>, kGroup> size_lines;
@@ -54,6 +77,14 @@ exec::Task<std::error_code> write_body(io::Stream& dst, std::string_view prefix,
     if (auto ec = co_await dst.write_all(std::span<const std::string_view>(bufs.data(), n), dl)) co_return ec;
   }
   co_return std::error_code{};
+}
+
+}  // namespace
+
+exec::Task<std::error_code> write_body(io::Stream& dst, std::string_view prefix, std::span<const std::string_view> pieces,
+                                       bool chunked, std::string_view suffix, io::Deadline dl) {
+  if (!chunked && pieces.size() <= kFewPieces) return write_few(dst, prefix, pieces, suffix, dl);
+  return write_grouped(dst, prefix, pieces, chunked, suffix, dl);
 }
 
 std::string last_chunk(const http::HeaderMap& trailers, bool forward_trailers) {
