@@ -300,7 +300,12 @@ exec::Task<std::error_code> TlsLayer::write_all(TcpStream& sock, std::span<const
 
 bool TlsLayer::has_buffered() {
   std::lock_guard g(mu_);
-  return SSL_has_pending(ssl_) == 1 || BIO_ctrl_pending(in_) > 0;
+  // Decrypted bytes, or ciphertext OpenSSL has not looked at yet. Not SSL_has_pending():
+  // it also counts the start of a record whose rest has not arrived, and a wait that
+  // returned at once for that would spin (read, "need more", wait, ...) until the peer
+  // sends the rest, which a hostile client can put off indefinitely. Without read-ahead
+  // OpenSSL takes one record at a time from in_, so any whole record is still there.
+  return SSL_pending(ssl_) > 0 || BIO_ctrl_pending(in_) > 0;
 }
 
 TcpStream::PeerState TlsLayer::peek(TcpStream& sock) {

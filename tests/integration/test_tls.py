@@ -161,6 +161,58 @@ class TlsTest(unittest.TestCase):
         s.close()
         self.assertEqual(sg.metric("stealgate_tls_handshake_failures_total", listener="public", reason="timeout"), 1)
 
+    def test_half_a_record_is_waited_for_not_spun_on(self):
+        # A client that sends only part of a TLS record (between requests, or slowly on
+        # purpose) leaves ciphertext that OpenSSL holds but cannot decrypt yet. That is no
+        # reason to look again at once: the worker must wait for the socket, not spin until
+        # the rest arrives (a cheap way to take a worker away from everyone else).
+        sg = self.start()
+        raw = socket.create_connection(("127.0.0.1", sg.port), timeout=10)
+        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        tls = tls_client_context(self.c.ca).wrap_bio(incoming, outgoing, server_hostname="a.test")
+
+        def flush():
+            data = outgoing.read()
+            if data:
+                raw.sendall(data)
+
+        def pump_in():
+            data = raw.recv(65536)
+            self.assertTrue(data, "the server closed the connection")
+            incoming.write(data)
+
+        while True:
+            try:
+                tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                flush()
+                pump_in()
+        flush()
+        tls.write(b"GET /echo HTTP/1.1\r\nHost: a.test\r\n\r\n")
+        record = outgoing.read()
+        self.assertGreater(len(record), 20)
+        raw.sendall(record[:len(record) // 2])
+
+        def cpu_seconds():
+            with open(f"/proc/{sg.proc.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+        c0 = cpu_seconds()
+        time.sleep(1.0)
+        used = cpu_seconds() - c0
+        self.assertLess(used, 0.3, f"stealgate used {used:.2f} s of CPU in 1 s while waiting for half a record")
+        raw.sendall(record[len(record) // 2:])
+        reply = b""
+        while b"\r\n\r\n" not in reply:
+            try:
+                reply += tls.read(65536)
+            except ssl.SSLWantReadError:
+                pump_in()
+        self.assertTrue(reply.startswith(b"HTTP/1.1 200"), reply[:100])
+        raw.close()
+
     def client_ctx(self, who=None):
         ctx = tls_client_context(self.c.ca)
         if who is not None:
