@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <memory>
+#include <tuple>
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -59,27 +60,19 @@ Parser::Parser(Mode mode, const ParserLimits& limits) : mode_(mode), limits_(lim
 
 void Parser::renew(Mode mode, const ParserLimits& limits) {
   // Rebuilt as new, so that every field (including any added later) starts at its initial
-  // value; the containers are moved out and back so that their capacity survives.
-  RequestHead req = std::move(req_);
-  ResponseHead resp = std::move(resp_);
-  HeaderMap trailers = std::move(trailers_);
-  std::string field = std::move(field_);
-  std::string value = std::move(value_);
-  std::vector<std::string_view> body = std::move(body_);
+  // value; the containers, emptied as for a new message, are moved out and back so that
+  // their capacity survives.
+  req_.reset();
+  resp_.reset();
+  trailers_.clear();
+  field_.clear();
+  value_.clear();
+  body_.clear();
+  auto kept = std::make_tuple(std::move(req_), std::move(resp_), std::move(trailers_), std::move(field_),
+                              std::move(value_), std::move(body_));
   std::destroy_at(this);
   std::construct_at(this, mode, limits);
-  req_ = std::move(req);
-  req_.reset();
-  resp_ = std::move(resp);
-  resp_.reset();
-  trailers_ = std::move(trailers);
-  trailers_.clear();
-  field_ = std::move(field);
-  field_.clear();
-  value_ = std::move(value);
-  value_.clear();
-  body_ = std::move(body);
-  body_.clear();
+  std::tie(req_, resp_, trailers_, field_, value_, body_) = std::move(kept);
 }
 
 bool Parser::oversized() const {
