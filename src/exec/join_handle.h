@@ -19,6 +19,17 @@ namespace sg::exec {
 template <class T>
 using JoinResult = std::conditional_t<std::is_void_v<T>, bool, std::optional<T>>;
 
+// Requests cancellation of `t`, which the caller knows to be alive (it holds a reference,
+// or the task cannot finish meanwhile). A task that has not started never runs; a
+// suspended coroutine task is dropped (its frame destroyed) at its next scheduling, which
+// this call causes; a running task is dropped when it next suspends.
+inline void cancel_task(JoinableTask* t) noexcept {
+  using namespace task_state;
+  if (t->diag != nullptr) note_wake(t);
+  uint32_t prev = t->state.fetch_or(kCancelled | kNotified, std::memory_order_acq_rel);
+  if ((prev & (kRunning | kNotified | kComplete)) == 0) schedule_task(t, ScheduleKind::kYield);
+}
+
 template <class T>
 class [[nodiscard]] JoinHandle {
  public:
@@ -47,15 +58,8 @@ class [[nodiscard]] JoinHandle {
     return (t_->state.load(std::memory_order_acquire) & task_state::kComplete) != 0;
   }
 
-  // Requests cancellation. A task that has not started never runs; a suspended coroutine
-  // task is dropped (its frame destroyed) at its next scheduling, which this call causes;
-  // a running task is dropped when it next suspends. Completion is observable as usual.
-  void cancel() noexcept {
-    using namespace task_state;
-    if (t_->diag != nullptr) note_wake(t_);
-    uint32_t prev = t_->state.fetch_or(kCancelled | kNotified, std::memory_order_acq_rel);
-    if ((prev & (kRunning | kNotified | kComplete)) == 0) schedule_task(t_, ScheduleKind::kYield);
-  }
+  // Requests cancellation (cancel_task). Completion is observable as usual.
+  void cancel() noexcept { cancel_task(t_); }
 
   // Drops interest in the output; the task keeps running.
   void detach() noexcept {

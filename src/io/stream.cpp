@@ -2,8 +2,8 @@
 
 namespace sg::io {
 
-exec::Task<std::error_code> Stream::accept_tls(SSL_CTX* ctx, Deadline dl) {
-  tls_ = TlsLayer::server(ctx);
+exec::Task<std::error_code> Stream::accept_tls(SSL_CTX* ctx, std::shared_ptr<const void> owner, Deadline dl) {
+  tls_ = TlsLayer::server(ctx, std::move(owner));
   if (!tls_) co_return make_error_code(TlsErrc::kHandshake);
   co_return co_await tls_->handshake(tcp_, dl);
 }

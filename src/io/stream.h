@@ -22,10 +22,10 @@ class Stream {
   Stream(Stream&&) noexcept = default;
   Stream& operator=(Stream&&) noexcept = default;
 
-  // Runs a server-side TLS handshake on `ctx`; from then on the stream carries plaintext.
-  // On failure the stream is only good for closing; tls()->reason() and failure_kind()
-  // say why.
-  exec::Task<std::error_code> accept_tls(SSL_CTX* ctx, Deadline dl);
+  // Runs a server-side TLS handshake on `ctx` (`owner` keeps it alive: TlsLayer::server);
+  // from then on the stream carries plaintext. On failure the stream is only good for
+  // closing; tls()->reason() and failure_kind() say why.
+  exec::Task<std::error_code> accept_tls(SSL_CTX* ctx, std::shared_ptr<const void> owner, Deadline dl);
   // Runs a client-side TLS handshake expecting `server_name` (TlsLayer::client), offering
   // to resume the session kept in `resume`, if any.
   exec::Task<std::error_code> connect_tls(SSL_CTX* ctx, std::string server_name, Deadline dl,

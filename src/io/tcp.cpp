@@ -282,7 +282,6 @@ void TcpStream::shutdown_write() {
 void TcpStream::close() { sock_.close(); }
 
 tcp::endpoint TcpStream::remote_endpoint() const {
-  if (peer_) return *peer_;
   return sock_.remote_endpoint();
 }
 
@@ -363,21 +362,20 @@ Result<TcpListener> TcpListener::adopt(IoContext io, int fd) {
   return TcpListener(std::move(*s), io);
 }
 
-exec::Task<Result<TcpStream>> TcpListener::accept(Deadline dl) {
+exec::Task<Result<TcpStream>> TcpListener::accept(Deadline dl, tcp::endpoint* peer) {
   for (;;) {
     // accept4 reports the peer's address, which also gives the family: no getsockname or
     // getpeername per connection.
-    tcp::endpoint peer;
-    socklen_t len = static_cast<socklen_t>(peer.capacity());
-    int fd = ::accept4(sock_.native_handle(), peer.data(), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    tcp::endpoint from;
+    socklen_t len = static_cast<socklen_t>(from.capacity());
+    int fd = ::accept4(sock_.native_handle(), from.data(), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd >= 0) {
-      peer.resize(len);
+      from.resize(len);
       auto s = Socket::adopt(io_, fd);
       if (!s.ok()) co_return s.error();
+      if (peer != nullptr) *peer = from;
       co_await SpendBudget{};
-      TcpStream stream(std::move(*s));
-      stream.peer_ = peer;
-      co_return stream;
+      co_return TcpStream(std::move(*s));
     }
     int e = errno;
     if (e == EINTR || e == ECONNABORTED) continue;

@@ -69,7 +69,7 @@ class TcpStream {
   bool try_write(std::string_view data);
   void shutdown_write();
   void close();
-  // The peer's address (for accepted streams, as accept() reported it: no syscall).
+  // The peer's address (getpeername; accept() can report it without the syscall).
   tcp::endpoint remote_endpoint() const;
   tcp::endpoint local_endpoint() const;
 
@@ -84,7 +84,6 @@ class TcpStream {
   // io_uring: write_all as sends on the ring (io/uring.h).
   exec::Task<std::error_code> send_all(std::span<const std::string_view> bufs, Deadline dl);
   Socket sock_;
-  std::optional<tcp::endpoint> peer_;  // known at accept
 };
 
 struct ListenOptions {
@@ -105,9 +104,11 @@ class TcpListener {
   TcpListener& operator=(TcpListener&&) noexcept = default;
 
   // Accepts one connection. Accepted streams have TCP_NODELAY on (inherited from the
-  // listening socket, so no per-connection setsockopt) and know their peer's address. EMFILE/ENFILE and other resource errors come back as errors
-  // (the caller backs off); the listener stays usable.
-  exec::Task<Result<TcpStream>> accept(Deadline dl = {});
+  // listening socket, so no per-connection setsockopt). `peer`, when given, receives the
+  // peer's address as accept reported it (a stream does not keep it: 32 bytes for the
+  // connection's life). EMFILE/ENFILE and other resource errors come back as errors (the
+  // caller backs off); the listener stays usable.
+  exec::Task<Result<TcpStream>> accept(Deadline dl = {}, tcp::endpoint* peer = nullptr);
   tcp::endpoint local_endpoint() const { return sock_.local_endpoint(); }
   void close() { sock_.close(); }
   bool is_open() const { return sock_.is_open(); }

@@ -69,11 +69,13 @@ const std::error_category& tls_category() {
   return c;
 }
 
-std::unique_ptr<TlsLayer> TlsLayer::server(SSL_CTX* ctx) {
+std::unique_ptr<TlsLayer> TlsLayer::server(SSL_CTX* ctx, std::shared_ptr<const void> owner) {
   SSL* ssl = SSL_new(ctx);
   if (ssl == nullptr) return nullptr;
   SSL_set_accept_state(ssl);
-  return std::unique_ptr<TlsLayer>(new TlsLayer(ssl));
+  std::unique_ptr<TlsLayer> layer(new TlsLayer(ssl));
+  layer->owner_ = std::move(owner);
+  return layer;
 }
 
 std::unique_ptr<TlsLayer> TlsLayer::client(SSL_CTX* ctx, const std::string& server_name,

@@ -73,8 +73,9 @@ class TlsSessionSlot {
 class TlsLayer {
  public:
   // A server-side session on `ctx` (SNI may switch it to another context during the
-  // handshake; see tls/context.h).
-  static std::unique_ptr<TlsLayer> server(SSL_CTX* ctx);
+  // handshake; see tls/context.h). `owner` keeps `ctx` and the contexts SNI may switch to
+  // alive for the layer's life (a reload may publish new ones meanwhile).
+  static std::unique_ptr<TlsLayer> server(SSL_CTX* ctx, std::shared_ptr<const void> owner);
   // A client-side session that expects `server_name`: sent as SNI (unless it is an IP
   // literal) and, when the context verifies, checked against the certificate's names (or
   // IP addresses). With `resume`, it offers the session kept there (from an earlier
@@ -139,6 +140,7 @@ class TlsLayer {
   std::unique_ptr<char[]> scratch_;
   std::string reason_;
   std::string_view failure_kind_ = "other";
+  std::shared_ptr<const void> owner_;  // server side: what the SSL object's contexts belong to
 };
 
 }  // namespace sg::io

@@ -324,28 +324,29 @@ void Gateway::begin_drain() {
   // Idle keep-alive connections are closed now; busy ones finish their response (sent
   // with Connection: close) and close.
   std::lock_guard sk(sessions_mu_);
-  for (auto& e : sessions_) {
+  for (SessionEntry* e = sessions_; e != nullptr; e = e->next_) {
     int expected = SessionEntry::kIdle;
-    if (e->state.compare_exchange_strong(expected, SessionEntry::kClosing) && e->task.valid()) e->task.cancel();
+    if (e->state.compare_exchange_strong(expected, SessionEntry::kClosing)) exec::cancel_task(e->task_);
   }
 }
 
 bool Gateway::wait_drained(std::chrono::milliseconds timeout) {
   std::unique_lock lk(sessions_mu_);
-  return sessions_cv_.wait_for(lk, timeout, [&] { return sessions_.empty(); });
+  return sessions_cv_.wait_for(lk, timeout, [&] { return sessions_ == nullptr && sessions_starting_ == 0; });
 }
 
 void Gateway::abort_sessions() {
   std::lock_guard lk(sessions_mu_);
-  for (auto& e : sessions_) {
+  aborting_ = true;  // and a task that has not entered yet ends when it does
+  for (SessionEntry* e = sessions_; e != nullptr; e = e->next_) {
     e->state.store(SessionEntry::kClosing);
-    if (e->task.valid()) e->task.cancel();
+    exec::cancel_task(e->task_);
   }
 }
 
 std::size_t Gateway::active_sessions() const {
   std::lock_guard lk(sessions_mu_);
-  return sessions_.size();
+  return session_count_ + sessions_starting_;
 }
 
 std::vector<std::pair<std::string, uint16_t>> Gateway::bound_listeners() const {
@@ -359,36 +360,33 @@ std::vector<std::shared_ptr<ListenerState>> Gateway::listener_states() const {
   return *listener_list_.load();
 }
 
-std::shared_ptr<SessionEntry> Gateway::register_session() {
-  // Accepted even while draining begins (the accept raced the listener's close): fresh,
-  // so its first request is still answered.
-  auto e = std::make_shared<SessionEntry>();
+void Gateway::expect_session() {
   std::lock_guard lk(sessions_mu_);
-  sessions_.push_back(e);
-  return e;
+  ++sessions_starting_;
 }
 
-void Gateway::attach_session_task(const std::shared_ptr<SessionEntry>& e, exec::JoinHandle<void> task) {
+bool Gateway::enter_session(SessionEntry& e) {
   std::lock_guard lk(sessions_mu_);
-  // Only while still registered: a session that already ended needs no handle.
-  for (auto& s : sessions_) {
-    if (s == e) {
-      e->task = std::move(task);
-      if (e->state.load() == SessionEntry::kClosing) e->task.cancel();
-      return;
-    }
-  }
+  --sessions_starting_;
+  // Accepted even while draining begins (the accept raced the listener's close): the entry
+  // is fresh, so its first request is still answered.
+  e.task_ = exec::current_task();
+  e.prev_ = nullptr;
+  e.next_ = sessions_;
+  if (sessions_ != nullptr) sessions_->prev_ = &e;
+  sessions_ = &e;
+  ++session_count_;
+  if (aborting_) e.state.store(SessionEntry::kClosing);
+  return !aborting_;
 }
 
-void Gateway::unregister_session(const std::shared_ptr<SessionEntry>& e) {
-  exec::JoinHandle<void> drop;
-  {
-    std::lock_guard lk(sessions_mu_);
-    sessions_.remove(e);
-    drop = std::move(e->task);
-    if (sessions_.empty()) sessions_cv_.notify_all();
-  }
-  // The handle (our own task's) is released outside the lock.
+void Gateway::leave_session(SessionEntry& e) {
+  std::lock_guard lk(sessions_mu_);
+  (e.prev_ != nullptr ? e.prev_->next_ : sessions_) = e.next_;
+  if (e.next_ != nullptr) e.next_->prev_ = e.prev_;
+  e.prev_ = e.next_ = nullptr;
+  --session_count_;
+  if (sessions_ == nullptr && sessions_starting_ == 0) sessions_cv_.notify_all();
 }
 
 }  // namespace sg::proxy

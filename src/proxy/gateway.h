@@ -18,7 +18,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <optional>
-#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -79,10 +78,25 @@ struct ListenerState {
 // or is about to send, a request it cannot know to retry: it gets its answer, with
 // Connection: close, or header_timeout); kIdle, between requests on a keep-alive
 // connection, is what drain closes (a client may retry an idempotent request then).
-struct SessionEntry {
+//
+// The entry lives in its connection task's frame (no allocation, no list node): the task
+// links it when it starts (Gateway::enter_session) and unlinks it before the frame goes
+// (leave_session), both under the registry lock. So an entry seen under that lock belongs
+// to a task that has not finished, and cancelling that task through it is safe.
+class SessionEntry {
+ public:
   enum State : int { kIdle = 0, kBusy = 1, kClosing = 2, kFresh = 3 };
+  SessionEntry() = default;
+  SessionEntry(const SessionEntry&) = delete;
+  SessionEntry& operator=(const SessionEntry&) = delete;
+
   std::atomic<int> state{kFresh};
-  exec::JoinHandle<void> task;  // set under the registry lock after spawning
+
+ private:
+  friend class Gateway;
+  SessionEntry* prev_ = nullptr;
+  SessionEntry* next_ = nullptr;
+  exec::JoinableTask* task_ = nullptr;  // the task whose frame holds this entry
 };
 
 class Gateway {
@@ -117,10 +131,13 @@ class Gateway {
   std::vector<std::pair<std::string, uint16_t>> bound_listeners() const;
   std::vector<std::shared_ptr<ListenerState>> listener_states() const;
 
-  // Session registry (used by the accept loop and sessions).
-  std::shared_ptr<SessionEntry> register_session();
-  void attach_session_task(const std::shared_ptr<SessionEntry>& e, exec::JoinHandle<void> task);
-  void unregister_session(const std::shared_ptr<SessionEntry>& e);
+  // Session registry. The accept loop announces each connection before spawning its task
+  // (expect_session), so that drain also waits for a task that has not started yet; the
+  // task then enters with the entry in its frame, and leaves before the frame goes.
+  // enter_session returns false when sessions are being aborted: the task ends at once.
+  void expect_session();
+  bool enter_session(SessionEntry& e);
+  void leave_session(SessionEntry& e);
 
  private:
   std::string build_snapshot(std::shared_ptr<const config::Config> cfg, std::shared_ptr<Snapshot>& out);
@@ -159,8 +176,13 @@ class Gateway {
   // Session ticket keys by listener key, kept across reloads (tls/server_context.h).
   std::map<std::string, std::shared_ptr<tls::TicketKeys>> ticket_keys_;
 
+  // The registry: an intrusive list of the entries (O(1) in and out), guarded by
+  // sessions_mu_, as are the counts.
   mutable std::mutex sessions_mu_;
-  std::list<std::shared_ptr<SessionEntry>> sessions_;
+  SessionEntry* sessions_ = nullptr;
+  std::size_t session_count_ = 0;
+  std::size_t sessions_starting_ = 0;  // expected, not yet entered
+  bool aborting_ = false;
   std::condition_variable sessions_cv_;
 };
 

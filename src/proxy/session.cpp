@@ -41,7 +41,7 @@ struct Peer {
   std::string address;                  // ip:port
   std::unique_ptr<io::TlsSummary> tls;  // on TLS listeners, what the handshake agreed on
 
-  explicit Peer(const io::Stream& s) : address(endpoint_text(s.remote_endpoint())) {}
+  explicit Peer(const io::tcp::endpoint& ep) : address(endpoint_text(ep)) {}
   // The address without its port (and an IPv6 address without its brackets).
   std::string_view ip() const {
     std::string_view ip = std::string_view(address).substr(0, address.rfind(':'));
@@ -58,10 +58,14 @@ void label_connection(const std::string& listener, const Peer& who) {
 
 // The TLS handshake of a new connection on a TLS listener; counts its outcome. On success
 // keeps what it agreed on in `who.tls` and returns true.
-exec::Task<bool> accept_tls(ListenerState& ls, const tls::ServerContext& tc, io::Stream& client, Peer& who) {
+// The listener's TLS contexts come from `snap` and stay with the stream (TlsLayer::server).
+exec::Task<bool> accept_tls(ListenerState& ls, const Snapshot& snap, io::Stream& client, Peer& who) {
   const std::string& peer = who.address;
-  std::error_code ec =
-      co_await client.accept_tls(tc.default_ctx(), io::Deadline::after(tc.config().handshake_timeout));
+  std::shared_ptr<const tls::ServerContext> tc = snap.tls_for(ls.key);
+  if (tc == nullptr) co_return false;  // never serve plaintext on a TLS listener
+  const io::Deadline handshake_deadline = io::Deadline::after(tc->config().handshake_timeout);
+  SSL_CTX* ctx = tc->default_ctx();
+  std::error_code ec = co_await client.accept_tls(ctx, std::move(tc), handshake_deadline);
   io::TlsLayer* t = client.tls();
   if (!ec) {
     who.tls = std::make_unique<io::TlsSummary>(t->summary());
@@ -262,7 +266,7 @@ exec::Task<bool> serve_request(Gateway& gw, ListenerState& ls, const http::HeadR
 // turn). Returns whether the connection stays open. `first_byte`: when the first request's
 // first byte must have arrived; `fresh`: it is the connection's first request. The reader, with its parser, lives only here, so an idle
 // keep-alive connection holds neither.
-exec::Task<bool> serve_requests(Gateway& gw, ListenerState& ls, const std::shared_ptr<SessionEntry>& entry,
+exec::Task<bool> serve_requests(Gateway& gw, ListenerState& ls, SessionEntry& entry,
                                 io::Stream& client, const Peer& who, io::Deadline first_byte, bool fresh,
                                 std::shared_ptr<const Snapshot>& lsnap, const config::ListenerSection*& lcfg) {
   http::MessageReader reader(client, http::Parser::Mode::kRequest, parser_limits(*lcfg));
@@ -270,30 +274,28 @@ exec::Task<bool> serve_requests(Gateway& gw, ListenerState& ls, const std::share
     http::HeadRead hr = co_await reader.read_head(first_byte, lcfg->header_timeout);
     int expected = fresh ? SessionEntry::kFresh : SessionEntry::kIdle;
     fresh = false;
-    if (!entry->state.compare_exchange_strong(expected, SessionEntry::kBusy)) co_return false;  // drain closed us
+    if (!entry.state.compare_exchange_strong(expected, SessionEntry::kBusy)) co_return false;  // drain closed us
     if (!co_await serve_request(gw, ls, hr, client, reader, who, lsnap, lcfg)) co_return false;
-    entry->state.store(SessionEntry::kIdle, std::memory_order_release);
+    entry.state.store(SessionEntry::kIdle, std::memory_order_release);
     if (!reader.has_buffered()) co_return true;
     first_byte = io::Deadline::after(lcfg->idle_timeout);  // a pipelined request is here already
   }
 }
 
-}  // namespace
-
-exec::Task<void> serve_connection(Gateway& gw, std::shared_ptr<ListenerState> ls, std::shared_ptr<SessionEntry> entry,
-                                  io::Stream client) {
-  struct Leave {
+// One downstream connection, from accept to close. `who`: the peer, as accept reported it.
+exec::Task<void> serve_connection(Gateway& gw, std::shared_ptr<ListenerState> ls, io::Stream client, Peer who) {
+  // Registered for drain while the frame lives (gateway.h).
+  struct Session {
     Gateway& gw;
     std::shared_ptr<ListenerState>& ls;
-    std::shared_ptr<SessionEntry>& entry;
-    ~Leave() {
+    SessionEntry entry;
+    ~Session() {
       ls->stats.connections_active.fetch_sub(1, std::memory_order_relaxed);
       ls->slot_freed.notify_one();
-      gw.unregister_session(entry);
+      gw.leave_session(entry);
     }
-  } leave{gw, ls, entry};
-
-  Peer who(client);
+  } session{gw, ls, {}};
+  if (!gw.enter_session(session.entry)) co_return;  // sessions are being aborted
 
   // lcfg points into lsnap's configuration; lsnap keeps it alive (a reload may drop this
   // listener from newer snapshots while the connection lives on).
@@ -301,11 +303,8 @@ exec::Task<void> serve_connection(Gateway& gw, std::shared_ptr<ListenerState> ls
   const config::ListenerSection* lcfg = lsnap->listener(ls->key);
   if (lcfg == nullptr) co_return;  // the listener was removed by a reload meanwhile
   label_connection(lcfg->name, who);
-  // Held for the connection's life: the SNI callback and the contexts it switches to
-  // belong to it (a reload may publish new certificates meanwhile).
-  std::shared_ptr<const tls::ServerContext> tls_ctx = lsnap->tls_for(ls->key);
-  if (tls_ctx) {
-    if (!co_await accept_tls(*ls, *tls_ctx, client, who)) {
+  if (lcfg->tls) {
+    if (!co_await accept_tls(*ls, *lsnap, client, who)) {
       client.close();
       co_return;
     }
@@ -318,10 +317,12 @@ exec::Task<void> serve_connection(Gateway& gw, std::shared_ptr<ListenerState> ls
       io::EitherReadable w = co_await client.wait_readable(nullptr, first_byte);
       if (w.ec) break;  // idle timeout, or the connection failed: close quietly
     }
-    if (!co_await serve_requests(gw, *ls, entry, client, who, first_byte, first, lsnap, lcfg)) break;
+    if (!co_await serve_requests(gw, *ls, session.entry, client, who, first_byte, first, lsnap, lcfg)) break;
   }
   client.close();
 }
+
+}  // namespace
 
 exec::Task<void> accept_loop(Gateway& gw, std::shared_ptr<ListenerState> ls) {
   int backoff_ms = 10;
@@ -336,7 +337,8 @@ exec::Task<void> accept_loop(Gateway& gw, std::shared_ptr<ListenerState> ls) {
       co_await ls->slot_freed.notified();
       continue;
     }
-    auto conn = co_await ls->listener->accept();
+    io::tcp::endpoint peer;
+    auto conn = co_await ls->listener->accept({}, &peer);
     // A connection accepted while the listener stops (drain, restart, upgrade) was taken
     // from the backlog: it is served (registered fresh, so drain answers its first request),
     // never dropped. The loop ends at the top.
@@ -377,9 +379,8 @@ exec::Task<void> accept_loop(Gateway& gw, std::shared_ptr<ListenerState> ls) {
       continue;
     }
     ls->stats.connections_active.fetch_add(1, std::memory_order_relaxed);
-    auto entry = gw.register_session();
-    auto handle = exec::spawn(serve_connection(gw, ls, entry, std::move(s)), {exec::TaskKind::kConnection, {}});
-    gw.attach_session_task(entry, std::move(handle));
+    gw.expect_session();
+    exec::spawn_detached(serve_connection(gw, ls, std::move(s), Peer(peer)), {exec::TaskKind::kConnection, {}});
   }
 }
 

@@ -1,4 +1,4 @@
-// One downstream connection, from accept to close.
+// Downstream connections: the accept loop, and a task per connection from accept to close.
 #pragma once
 
 #include <memory>
@@ -8,9 +8,6 @@
 #include "proxy/gateway.h"
 
 namespace sg::proxy {
-
-exec::Task<void> serve_connection(Gateway& gw, std::shared_ptr<ListenerState> ls, std::shared_ptr<SessionEntry> entry,
-                                  io::Stream client);
 
 // Accept loop of one listener (spawned by the Gateway).
 exec::Task<void> accept_loop(Gateway& gw, std::shared_ptr<ListenerState> ls);

@@ -65,7 +65,7 @@ TEST_P(TlsStress, AReaderAndAWriterShareEachStream) {
     Stream& s = *streams[c];
     SSL_CTX* server = tls.server();
     handles.push_back(rt.spawn([&s, server]() -> exec::Task<std::string> {
-      auto ec = co_await s.accept_tls(server, Deadline::after(20s));
+      auto ec = co_await s.accept_tls(server, nullptr, Deadline::after(20s));
       co_return ec ? "handshake: " + ec.message() : "ok";
     }));
   }

@@ -68,7 +68,7 @@ TEST_P(Tls, BytesOfEverySizeCrossBothWays) {
     c.close_notify();
   });
   auto h = rt.spawn([&]() -> exec::Task<std::string> {
-    if (auto ec = co_await p.stream.accept_tls(tls.server(), Deadline::after(10s))) co_return "handshake: " + ec.message();
+    if (auto ec = co_await p.stream.accept_tls(tls.server(), nullptr, Deadline::after(10s))) co_return "handshake: " + ec.message();
     char buf[7000];
     for (;;) {
       IoResult r = co_await p.stream.read_some(buf, Deadline::after(10s));
@@ -101,7 +101,7 @@ TEST_P(Tls, ACloseNotifyIsAPeerCloseAndPlaintextIsNot) {
     while (step.load() < 3) std::this_thread::sleep_for(1ms);
   });
   auto h = rt.spawn([&]() -> exec::Task<std::string> {
-    if (co_await p.stream.accept_tls(tls.server(), Deadline::after(10s))) co_return "handshake failed";
+    if (co_await p.stream.accept_tls(tls.server(), nullptr, Deadline::after(10s))) co_return "handshake failed";
     if (p.stream.peek() != Stream::PeerState::kSilent) co_return "not silent after the handshake";
     step = 1;
     while (p.stream.peek() == Stream::PeerState::kSilent) co_await exec::sleep_for(1ms);
@@ -131,7 +131,7 @@ TEST_P(Tls, PlaintextAlreadyDecryptedMakesTheStreamReadableAtOnce) {
     c.read(1);                  // wait for the test to finish
   });
   auto h = rt.spawn([&]() -> exec::Task<std::string> {
-    if (co_await p.stream.accept_tls(tls.server(), Deadline::after(10s))) co_return "handshake failed";
+    if (co_await p.stream.accept_tls(tls.server(), nullptr, Deadline::after(10s))) co_return "handshake failed";
     char small[100];
     IoResult r = co_await p.stream.read_some(small, Deadline::after(5s));
     if (r.ec || r.n == 0) co_return "first read failed";
@@ -156,7 +156,7 @@ TEST_P(Tls, ASilentClientTimesOutTheHandshake) {
   TestTls tls;
   Pair p = make_pair(rt);
   auto h = rt.spawn([&]() -> exec::Task<std::string> {
-    auto ec = co_await p.stream.accept_tls(tls.server(), Deadline::after(50ms));
+    auto ec = co_await p.stream.accept_tls(tls.server(), nullptr, Deadline::after(50ms));
     if (ec != std::errc::timed_out) co_return "expected a timeout, got " + ec.message();
     co_return std::string(p.stream.tls()->failure_kind());
   });
@@ -171,7 +171,7 @@ TEST_P(Tls, PlainHttpIsToldApartFromABrokenHandshake) {
   const std::string get = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
   ASSERT_EQ(::send(p.peer, get.data(), get.size(), 0), static_cast<ssize_t>(get.size()));
   auto h = rt.spawn([&]() -> exec::Task<std::string> {
-    auto ec = co_await p.stream.accept_tls(tls.server(), Deadline::after(5s));
+    auto ec = co_await p.stream.accept_tls(tls.server(), nullptr, Deadline::after(5s));
     if (!ec) co_return "a plain request passed the handshake";
     co_return std::string(p.stream.tls()->failure_kind());
   });
