@@ -16,6 +16,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "http/message.h"
@@ -50,7 +51,41 @@ struct ParserRecycler {
 };
 using ParserPtr = std::unique_ptr<Parser, ParserRecycler>;
 
-class Parser {
+namespace detail {
+
+// The parser's per-message scalars, apart from its containers so that one assignment puts
+// every one of them back to its initial value (Parser::renew). A scalar added to the
+// parser belongs here; a container, in Parser and in renew's list.
+struct ParserScalars {
+  // Head lexer state (persists across feeds while a head is incomplete).
+  enum class Lex : uint8_t { kStart, kStartLine, kLineStart, kFieldName, kInLine, kCr, kEndCr, kDone };
+  Lex lex_ = Lex::kStart;
+  bool lex_seen_field_line_ = false;
+  char field_name_[18] = {};   // a field name split across reads (long enough for ours)
+  std::size_t field_name_len_ = 0;
+  bool framing_value_ = false;  // in a Content-Length / Transfer-Encoding value
+  char start_line_tail_[8] = {};  // last 8 bytes of the start line, a ring indexed by length % 8
+  char start_line_head_[40] = {}; // first bytes of the start line (the method, for requests)
+  std::size_t start_line_len_ = 0;
+  bool prev_was_space_ = false;
+  bool version_syntax_ok_ = true;
+
+  bool in_trailers_ = false;
+  bool in_message_ = false;
+  bool head_done_ = false;
+  bool paused_ = false;
+  bool no_body_ = false;
+  std::size_t header_bytes_ = 0;
+  std::size_t chunk_ext_bytes_ = 0;
+  uint64_t body_total_ = 0;
+  int error_status_ = 0;
+  ParseEvent pause_event_ = ParseEvent::kNeedMore;
+};
+static_assert(std::is_trivially_copyable_v<ParserScalars>);
+
+}  // namespace detail
+
+class Parser : private detail::ParserScalars {
  public:
   enum class Mode : uint8_t { kRequest, kResponse };
 
@@ -135,19 +170,7 @@ class Parser {
 
   Mode mode_;
   ParserLimits limits_;
-  // Head lexer state (persists across feeds while a head is incomplete).
-  enum class Lex : uint8_t { kStart, kStartLine, kLineStart, kFieldName, kInLine, kCr, kEndCr, kDone };
-  Lex lex_ = Lex::kStart;
-  bool lex_seen_field_line_ = false;
-  char field_name_[18] = {};   // a field name split across reads (long enough for ours)
-  std::size_t field_name_len_ = 0;
-  bool framing_value_ = false;  // in a Content-Length / Transfer-Encoding value
-  char start_line_tail_[8] = {};  // last 8 bytes of the start line, a ring indexed by length % 8
-  char start_line_head_[40] = {}; // first bytes of the start line (the method, for requests)
-  std::size_t start_line_len_ = 0;
-  bool prev_was_space_ = false;
   bool version_tail_ok() const;
-  bool version_syntax_ok_ = true;
   static const llhttp_settings_t& settings();
   llhttp_t parser_;
 
@@ -155,18 +178,8 @@ class Parser {
   ResponseHead resp_;
   HeaderMap trailers_;
   std::string field_, value_;
-  bool in_trailers_ = false;
-  bool in_message_ = false;
-  bool head_done_ = false;
-  bool paused_ = false;
-  bool no_body_ = false;
-  std::size_t header_bytes_ = 0;
-  std::size_t chunk_ext_bytes_ = 0;
-  uint64_t body_total_ = 0;
   std::vector<std::string_view> body_;
-  int error_status_ = 0;
   std::string error_detail_;
-  ParseEvent pause_event_ = ParseEvent::kNeedMore;
   std::string copy_;
 
   friend ParserPtr acquire_parser(Mode mode, const ParserLimits& limits);
