@@ -57,6 +57,11 @@ class Stream {
                          tls_ != nullptr && tls_->has_buffered()};
   }
 
+  // Waits until this stream is readable (as above, without a second stream).
+  ReadableAwaiter wait_readable(const Deadline& dl) {
+    return ReadableAwaiter{tcp_.socket(), dl, tls_ != nullptr && tls_->has_buffered()};
+  }
+
   using PeerState = TcpStream::PeerState;
   PeerState peek() { return tls_ ? tls_->peek(tcp_) : tcp_.peek(); }
   bool peer_closed() { return peek() == PeerState::kClosed; }

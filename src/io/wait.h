@@ -193,6 +193,33 @@ struct EitherAwaiter {
   }
 };
 
+// Waits until `sock` is readable (its receive, as EitherAwaiter's `a`: data, EOF or an
+// error to read) or the deadline passes; yields true when readable, false when the
+// deadline passed or the wait itself failed. The idle wait of a keep-alive connection: it
+// lives in the connection's frame for the connection's life, so it carries no second
+// socket and its result is a bool (an error_code would take 16 bytes of that frame).
+struct ReadableAwaiter {
+  Socket& sock;
+  Deadline deadline;
+  bool ready_now = false;  // readable already (plaintext held by TLS): no wait
+  exec::TimerEntry timer{};
+  ReceiveWait wait{};
+
+  bool await_ready() const noexcept { return ready_now; }
+  void await_suspend(std::coroutine_handle<> h) {
+    exec::Waker w = exec::arm_wait(h);
+    if (deadline.is_set()) arm_deadline(timer, deadline, w.clone());
+    wait.start(sock, std::move(w), kTagReady);
+  }
+  bool await_resume() {
+    if (ready_now) return true;
+    const exec::WaitResult r = exec::last_wait_result();
+    timer.cancel();
+    wait.stop();
+    return r.value == kTagReady && r.code == 0;
+  }
+};
+
 // A deadline as an exec::WaitTimeout (bounds a Semaphore wait).
 class DeadlineTimeout final : public exec::WaitTimeout {
  public:

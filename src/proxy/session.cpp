@@ -267,9 +267,10 @@ exec::Task<bool> serve_request(Gateway& gw, ListenerState& ls, const http::HeadR
 // first byte must have arrived; `fresh`: it is the connection's first request. The reader, with its parser, lives only here, so an idle
 // keep-alive connection holds neither.
 exec::Task<bool> serve_requests(Gateway& gw, ListenerState& ls, SessionEntry& entry,
-                                io::Stream& client, const Peer& who, io::Deadline first_byte, bool fresh,
+                                io::Stream& client, const Peer& who, const io::Deadline& first_request_by, bool fresh,
                                 std::shared_ptr<const Snapshot>& lsnap, const config::ListenerSection*& lcfg) {
   http::MessageReader reader(client, http::Parser::Mode::kRequest, parser_limits(*lcfg));
+  io::Deadline first_byte = first_request_by;
   for (;;) {
     http::HeadRead hr = co_await reader.read_head(first_byte, lcfg->header_timeout);
     int expected = fresh ? SessionEntry::kFresh : SessionEntry::kIdle;
@@ -310,12 +311,13 @@ exec::Task<void> serve_connection(Gateway& gw, std::shared_ptr<ListenerState> ls
     }
   }
   for (bool first = true;; first = false) {
-    io::Deadline first_byte = io::Deadline::after(first ? lcfg->header_timeout : lcfg->idle_timeout);
+    // (Deadlines go by reference: a temporary would take room in the frame for the
+    // connection's life.)
+    const io::Deadline first_byte = io::Deadline::after(first ? lcfg->header_timeout : lcfg->idle_timeout);
     if (!first) {
       // Idle between requests: wait here, where the frame is small. The parser and the
       // read buffer exist only while requests arrive (serve_requests).
-      io::EitherReadable w = co_await client.wait_readable(nullptr, first_byte);
-      if (w.ec) break;  // idle timeout, or the connection failed: close quietly
+      if (!co_await client.wait_readable(first_byte)) break;  // idle timeout, or the wait failed
     }
     if (!co_await serve_requests(gw, *ls, session.entry, client, who, first_byte, first, lsnap, lcfg)) break;
   }

@@ -22,6 +22,7 @@
 
 #include "exec/context.h"
 #include "io/runtime.h"
+#include "io/stream.h"
 #include "../../support/eventually.h"
 #include "../../support/io_drivers.h"
 #include "../../support/loopback.h"
@@ -128,18 +129,19 @@ TEST_P(Tcp, AcceptedStreamsAreNonBlockingWithNodelayAndKnowTheirPeer) {
   struct Seen {
     int nodelay = -1;
     bool nonblocking = false;
-    tcp::endpoint peer;
+    tcp::endpoint peer;           // as accept reported it
+    tcp::endpoint remote;         // remote_endpoint() (getpeername)
   };
   auto server = rt.spawn([l = std::move(*listener)]() mutable -> exec::Task<Seen> {
-    auto conn = co_await l.accept();
     Seen seen;
+    auto conn = co_await l.accept({}, &seen.peer);
     if (!conn.ok()) co_return seen;
     int v = 0;
     socklen_t len = sizeof(v);
     ::getsockopt(conn->native_handle(), IPPROTO_TCP, TCP_NODELAY, &v, &len);
     seen.nodelay = v;
     seen.nonblocking = (::fcntl(conn->native_handle(), F_GETFL) & O_NONBLOCK) != 0;
-    seen.peer = conn->remote_endpoint();
+    seen.remote = conn->remote_endpoint();
     co_return seen;
   });
   int fd = connect_loopback(port);
@@ -154,6 +156,38 @@ TEST_P(Tcp, AcceptedStreamsAreNonBlockingWithNodelayAndKnowTheirPeer) {
   EXPECT_TRUE(seen.nonblocking);
   EXPECT_EQ(seen.peer.address().to_string(), "127.0.0.1");
   EXPECT_EQ(seen.peer.port(), ntohs(local.sin_port));
+  EXPECT_EQ(seen.remote, seen.peer);
+  ::close(fd);
+}
+
+// The idle wait of a keep-alive connection (Stream::wait_readable(deadline)): false at the
+// deadline, true once bytes arrive, and it consumes nothing (the read that follows gets them).
+TEST_P(Tcp, AStreamsReadableWaitEndsAtItsDeadlineOrOnDataAndConsumesNothing) {
+  SG_DRIVER_RUNTIME(rt, two_workers());
+  auto listener = TcpListener::bind(rt.context(), tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0), {});
+  ASSERT_TRUE(listener.ok());
+  uint16_t port = listener->local_endpoint().port();
+  std::atomic<bool> timed_out{false};
+  auto server = rt.spawn([l = std::move(*listener), &timed_out]() mutable -> exec::Task<std::string> {
+    auto conn = co_await l.accept();
+    if (!conn.ok()) co_return "accept failed";
+    Stream s(std::move(*conn));
+    auto t0 = Clock::now();
+    if (co_await s.wait_readable(Deadline::after(80ms))) co_return "readable before any byte was sent";
+    if (Clock::now() - t0 < 70ms) co_return "the deadline came early";
+    timed_out = true;
+    if (!co_await s.wait_readable(Deadline::after(5s))) co_return "no wake when bytes arrived";
+    char buf[16];
+    IoResult r = co_await s.read_some(buf, Deadline::after(1s));
+    if (r.ec) co_return "read: " + r.ec.message();
+    co_return std::string(buf, r.n);
+  });
+  int fd = connect_loopback(port);
+  ASSERT_GE(fd, 0);
+  for (int i = 0; i < 500 && !timed_out; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(timed_out.load()) << server.wait().value_or("?");
+  ASSERT_EQ(::send(fd, "hi", 2, 0), 2);
+  EXPECT_EQ(server.wait(), "hi");
   ::close(fd);
 }
 
