@@ -108,6 +108,15 @@ class LongPollTest(unittest.TestCase):
             self.assertEqual(sg.admin_get("/config")[0], 200)
             sg.wait_for(lambda: long_polls() > before, 5 * TIMEOUT_SCALE, "a long poll counted")
             pattern = r"long poll: [0-9.]+ ms on worker \d by admin task \d+ \"admin client\" \(\d+ more long polls"
+            # The log line is rate-limited to one per worker per second: a long poll of another
+            # task in the second before (start-up work, seen on CI) takes that second's line and
+            # this one is only counted. A render more than a second later gets its line.
+            for _ in range(3):
+                try:
+                    sg.wait_log(pattern, 1.5 * TIMEOUT_SCALE)
+                    break
+                except AssertionError:
+                    self.assertEqual(sg.admin_get("/config")[0], 200)
             sg.wait_log(pattern)
             slow = debug_tasks(sg)["slow_polls"]
             self.assertTrue(any(p["kind"] == "admin" and p["seconds"] >= 0.001 for p in slow), slow)
