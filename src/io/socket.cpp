@@ -66,12 +66,4 @@ tcp::endpoint Socket::local_endpoint() const {
   return ep;
 }
 
-tcp::endpoint Socket::remote_endpoint() const {
-  tcp::endpoint ep;
-  socklen_t len = static_cast<socklen_t>(ep.capacity());
-  if (fd_ < 0 || ::getpeername(fd_, ep.data(), &len) != 0) return {};
-  ep.resize(len);
-  return ep;
-}
-
 }  // namespace sg::io

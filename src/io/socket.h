@@ -61,7 +61,6 @@ class Socket {
   bool& streaming() { return streaming_; }
 
   tcp::endpoint local_endpoint() const;
-  tcp::endpoint remote_endpoint() const;
 
  private:
   int fd_ = -1;

@@ -70,7 +70,6 @@ class Stream {
   // TLS: close_notify first (if the socket takes it at once).
   void shutdown_write();
   void close();
-  tcp::endpoint remote_endpoint() const { return tcp_.remote_endpoint(); }
   tcp::endpoint local_endpoint() const { return tcp_.local_endpoint(); }
 
  private:

@@ -281,10 +281,6 @@ void TcpStream::shutdown_write() {
 
 void TcpStream::close() { sock_.close(); }
 
-tcp::endpoint TcpStream::remote_endpoint() const {
-  return sock_.remote_endpoint();
-}
-
 tcp::endpoint TcpStream::local_endpoint() const { return sock_.local_endpoint(); }
 
 namespace {

@@ -69,8 +69,6 @@ class TcpStream {
   bool try_write(std::string_view data);
   void shutdown_write();
   void close();
-  // The peer's address (getpeername; accept() can report it without the syscall).
-  tcp::endpoint remote_endpoint() const;
   tcp::endpoint local_endpoint() const;
 
   // Connects to `ep` (non-blocking connect + writable wait), a socket on `io`.
