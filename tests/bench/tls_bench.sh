@@ -2,6 +2,8 @@
 # TLS termination benchmark: nginx and stealgate, same certificate (ECDSA P-256), same
 # plain backend (nginx, 1 worker), both proxies with 2 workers, in one interleaved run.
 # Not a test: it prints a table of req/s and proxy CPU per request, stealgate against nginx.
+# Odd rounds measure nginx first, even rounds stealgate first, so with ROUNDS >= 2 the
+# medians come from both orders.
 #
 #   apt-get install -y nginx-light wrk   # once
 #   tests/bench/tls_bench.sh [build-release/src/stealgate]
@@ -110,8 +112,13 @@ load() {
 
 printf '%-10s %-9s %10s %12s\n' scenario server req/s "CPU us/req" >"$work/results.txt"
 for round in $(seq "$ROUNDS"); do
+  # The server measured first in a scenario differs every round: in one order alone the
+  # figures moved by up to 15% (the first run inherits a cold cache, the second the
+  # first's TIME_WAIT sockets and client processes still exiting).
+  targets=(nginx:$NGX stealgate:$SGP)
+  ((round % 2 == 0)) && targets=(stealgate:$SGP nginx:$NGX)
   for scenario in keepalive full resumed; do
-    for target in nginx:$NGX stealgate:$SGP; do
+    for target in "${targets[@]}"; do
       name=${target%%:*} port=${target##*:}
       c0=$(cpu_of "$port")
       n=$(load "$scenario" "$port")
