@@ -26,23 +26,35 @@ struct Got {
   bool ok = false;
 };
 
-// Accepts one connection, reads a request head, optionally tops up, and reports what
-// buffered_body() hands over without further I/O.
-Got read_request(const std::string& bytes, bool top_up) {
+// Sends `bytes` in one write (so they are all in the server's receive queue before it
+// reads), accepts the connection, reads a request head and hands the reader to `then`
+// (a callable returning exec::Task<T>); `failed` when any step before `then` fails.
+template <class T, class Then>
+T after_head(const std::string& bytes, T failed, Then&& then) {
   io::Runtime rt(exec::RuntimeConfig{});
   auto listener = io::TcpListener::bind(rt.context(), io::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0), {});
   EXPECT_TRUE(listener.ok());
   int fd = connect_loopback(listener->local_endpoint().port());
   EXPECT_GE(fd, 0);
-  // One write: head and body are in the server's receive queue before it reads.
   EXPECT_EQ(::send(fd, bytes.data(), bytes.size(), 0), static_cast<ssize_t>(bytes.size()));
-  auto h = rt.spawn([&, l = std::move(*listener)]() mutable -> exec::Task<Got> {
+  auto h = rt.spawn([&, l = std::move(*listener)]() mutable -> exec::Task<T> {
     auto s = co_await l.accept();
-    if (!s.ok()) co_return Got{};
+    if (!s.ok()) co_return failed;
     io::Stream stream(std::move(*s));
     MessageReader reader(stream, Parser::Mode::kRequest, ParserLimits{});
     HeadRead hr = co_await reader.read_head(io::Deadline::after(2s), 2s);
-    if (hr.status != ReadStatus::kOk) co_return Got{};
+    if (hr.status != ReadStatus::kOk) co_return failed;
+    co_return co_await then(reader);
+  });
+  T r = h.wait().value_or(failed);
+  ::close(fd);
+  return r;
+}
+
+// Reads a request head, optionally tops up, and reports what buffered_body() hands over
+// without further I/O.
+Got read_request(const std::string& bytes, bool top_up) {
+  return after_head(bytes, Got{}, [top_up](MessageReader& reader) -> exec::Task<Got> {
     if (top_up) reader.top_up(reader.parser().request().body);
     BodyRead b = reader.buffered_body();
     Got g;
@@ -51,9 +63,6 @@ Got read_request(const std::string& bytes, bool top_up) {
     for (auto c : b.chunks) g.body_bytes += c.size();
     co_return g;
   });
-  Got g = h.wait().value_or(Got{});
-  ::close(fd);
-  return g;
 }
 
 std::string post(std::size_t n) {
@@ -89,19 +98,7 @@ TEST(MessageReader, TopUpLeavesASmallRequestAlone) {
 
 // Counts the read_body calls that take a body which is already in the socket whole.
 int reads_to_take(const std::string& bytes, std::size_t body) {
-  io::Runtime rt(exec::RuntimeConfig{});
-  auto listener = io::TcpListener::bind(rt.context(), io::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0), {});
-  EXPECT_TRUE(listener.ok());
-  int fd = connect_loopback(listener->local_endpoint().port());
-  EXPECT_GE(fd, 0);
-  EXPECT_EQ(::send(fd, bytes.data(), bytes.size(), 0), static_cast<ssize_t>(bytes.size()));
-  auto h = rt.spawn([&, l = std::move(*listener)]() mutable -> exec::Task<int> {
-    auto s = co_await l.accept();
-    if (!s.ok()) co_return -1;
-    io::Stream stream(std::move(*s));
-    MessageReader reader(stream, Parser::Mode::kRequest, ParserLimits{});
-    HeadRead hr = co_await reader.read_head(io::Deadline::after(2s), 2s);
-    if (hr.status != ReadStatus::kOk) co_return -1;
+  return after_head(bytes, -1, [body](MessageReader& reader) -> exec::Task<int> {
     std::size_t got = 0;
     for (auto c : reader.buffered_body().chunks) got += c.size();
     int reads = 0;
@@ -113,9 +110,6 @@ int reads_to_take(const std::string& bytes, std::size_t body) {
     }
     co_return got == body ? reads : -1;
   });
-  int reads = h.wait().value_or(-1);
-  ::close(fd);
-  return reads;
 }
 
 TEST(MessageReader, ABodyStreamsInReadsOfUpTo64KiB) {
