@@ -11,8 +11,8 @@ namespace {
 constexpr std::size_t kInitialBuffer = 4 * 1024;  // a typical message head
 // Per read while a body streams: as much as nginx takes with its default proxy buffers
 // (one readv into 8 x 8 KiB). Relaying a 64 KiB response in 16 KiB reads cost four recvs
-// and four sends (and the client four wake-ups) per response: 116-122 us of proxy CPU
-// per GET 64 KiB against 79-88 us in 64 KiB reads, 8.2-8.6k req/s against 10.3-11.4k.
+// and four sends (and the client four wake-ups) per response: 115-130 us of proxy CPU
+// per GET 64 KiB against 78-94 us in 64 KiB reads, 7.7-8.6k req/s against 9.8-11.4k.
 constexpr std::size_t kBodyBuffer = 64 * 1024;
 constexpr std::size_t kMinCap = kBodyBuffer;
 
