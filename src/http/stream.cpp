@@ -20,48 +20,49 @@ constexpr std::size_t kMinCap = kBodyBuffer;
 // gives its buffer back at every idle wait, and without a cache each request would
 // malloc and free 4-64 KiB (glibc serves those from its locked bins, not tcache). A
 // buffer freed on another thread than the one that allocated it simply joins that
-// thread's cache. At most kKeepSmall head buffers and kKeepBody body buffers (1 MiB) are
-// kept per thread.
+// thread's cache, up to a number per size (Pool::keep).
 class BufferCache {
  public:
   ~BufferCache() {
-    for (char* p : small_) delete[] p;
-    for (char* p : body_) delete[] p;
+    for (char* p : small_.free) delete[] p;
+    for (char* p : body_.free) delete[] p;
   }
   char* get(std::size_t n) {
-    std::vector<char*>* list = list_for(n);
-    if (list != nullptr && !list->empty()) {
-      char* p = list->back();
-      list->pop_back();
+    Pool* pool = pool_for(n);
+    if (pool != nullptr && !pool->free.empty()) {
+      char* p = pool->free.back();
+      pool->free.pop_back();
       return p;
     }
     return new char[n];  // uninitialised: only what was read into it is ever looked at
   }
   void put(char* p, std::size_t n) {
-    std::vector<char*>* list = list_for(n);
-    if (list != nullptr && list->size() < (n == kBodyBuffer ? kKeepBody : kKeepSmall)) {
-      list->push_back(p);
+    Pool* pool = pool_for(n);
+    if (pool != nullptr && pool->free.size() < pool->keep) {
+      pool->free.push_back(p);
       return;
     }
     delete[] p;
   }
 
  private:
-#if defined(__SANITIZE_ADDRESS__)
-  // Every buffer freed: use-after-free stays detectable.
-  static constexpr std::size_t kKeepSmall = 0;
-  static constexpr std::size_t kKeepBody = 0;
-#else
-  static constexpr std::size_t kKeepSmall = 64;
-  static constexpr std::size_t kKeepBody = 16;
-#endif
-  std::vector<char*>* list_for(std::size_t n) {
+  struct Pool {
+    std::size_t keep;  // at most this many kept
+    std::vector<char*> free;
+  };
+  Pool* pool_for(std::size_t n) {
     if (n == kInitialBuffer) return &small_;
     if (n == kBodyBuffer) return &body_;
     return nullptr;
   }
-  std::vector<char*> small_;
-  std::vector<char*> body_;
+#if defined(__SANITIZE_ADDRESS__)
+  // Every buffer freed: use-after-free stays detectable.
+  Pool small_{0, {}};
+  Pool body_{0, {}};
+#else
+  Pool small_{64, {}};
+  Pool body_{16, {}};  // 1 MiB
+#endif
 };
 
 thread_local BufferCache tl_buffers;
