@@ -6,8 +6,10 @@
 
 namespace sg::admin {
 
-std::string_view scheduler_page() {
-  static constexpr std::string_view kPage = R"HTML(<!doctype html>
+namespace {
+
+// The document: styles, markup and the script that fetches /debug/tasks?format=json.
+constexpr std::string_view kPage = R"HTML(<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>stealgate scheduler</title>
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <style>
@@ -145,7 +147,9 @@ async function refresh() {
 refresh();
 </script></body></html>
 )HTML";
-  return kPage;
-}
+
+}  // namespace
+
+std::string_view scheduler_page() { return kPage; }
 
 }  // namespace sg::admin
