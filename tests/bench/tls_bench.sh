@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # TLS termination benchmark: nginx and stealgate, same certificate (ECDSA P-256), same
 # plain backend (nginx, 1 worker), both proxies with 2 workers, in one interleaved run.
-# Not a test: it prints a table of req/s and proxy CPU per request, stealgate against nginx.
+# Not a test: it prints a table of req/s, proxy CPU per request and how much of the machine
+# stayed idle (time the clients spent waiting with a CPU free), stealgate against nginx.
 # Odd rounds measure nginx first, even rounds stealgate first, so with ROUNDS >= 2 the
 # medians come from both orders.
 #
@@ -90,6 +91,9 @@ cpu_of() {
   echo "$total"
 }
 ticks=$(getconf CLK_TCK)
+# Idle and iowait jiffies of the whole machine so far (/proc/stat, all CPUs): a machine
+# left idle while the clients wait is throughput lost to waits, not to CPU.
+idle_jiffies() { awk '/^cpu / {print $5 + $6}' /proc/stat; }
 
 # Runs one scenario against a port; prints "requests cpu_seconds".
 load() {
@@ -110,7 +114,7 @@ load() {
   echo "$n"
 }
 
-printf '%-10s %-9s %10s %12s\n' scenario server req/s "CPU us/req" >"$work/results.txt"
+printf '%-10s %-9s %10s %12s %7s\n' scenario server req/s "CPU us/req" "idle %" >"$work/results.txt"
 for round in $(seq "$ROUNDS"); do
   # The server measured first in a scenario differs every round: in one order alone the
   # figures moved by up to 15% (the first run inherits a cold cache, the second the
@@ -120,14 +124,17 @@ for round in $(seq "$ROUNDS"); do
   for scenario in keepalive full resumed; do
     for target in "${targets[@]}"; do
       name=${target%%:*} port=${target##*:}
-      c0=$(cpu_of "$port")
+      c0=$(cpu_of "$port") i0=$(idle_jiffies)
       n=$(load "$scenario" "$port")
-      c1=$(cpu_of "$port")
-      python3 - "$scenario" "$name" "$n" "$((c1 - c0))" "$ticks" "$DURATION" >>"$work/results.txt" <<'PY'
+      c1=$(cpu_of "$port") i1=$(idle_jiffies)
+      python3 - "$scenario" "$name" "$n" "$((c1 - c0))" "$ticks" "$DURATION" "$((i1 - i0))" "$(nproc)" \
+        >>"$work/results.txt" <<'PY'
 import sys
 scenario, name, n, cpu_ticks, hz, dur = sys.argv[1], sys.argv[2], int(sys.argv[3] or 0), int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6])
+idle_ticks, cpus = int(sys.argv[7]), int(sys.argv[8])
 us = cpu_ticks / hz * 1e6 / n if n else float("nan")
-print(f"{scenario:<10} {name:<9} {n / dur:10.0f} {us:12.1f}")
+idle = 100 * idle_ticks / hz / (dur * cpus)
+print(f"{scenario:<10} {name:<9} {n / dur:10.0f} {us:12.1f} {idle:7.1f}")
 PY
     done
   done
@@ -140,16 +147,18 @@ python3 - "$work/results.txt" <<'PY'
 import statistics, sys
 rows = [l.split() for l in open(sys.argv[1]).read().splitlines()[1:] if l.strip()]
 by = {}
-for scen, name, rps, us in rows:
-    by.setdefault((scen, name), []).append((float(rps), float(us)))
-print(f"| scenario | nginx req/s | stealgate req/s | ratio | nginx CPU us/req | stealgate CPU us/req | ratio |")
-print("|---|---:|---:|---:|---:|---:|---:|")
+for scen, name, rps, us, idle in rows:
+    by.setdefault((scen, name), []).append((float(rps), float(us), float(idle)))
+print(f"| scenario | nginx req/s | stealgate req/s | ratio | nginx CPU us/req | stealgate CPU us/req | ratio "
+      f"| machine idle %, nginx / stealgate |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|")
+med = lambda rs, i: statistics.median(r[i] for r in rs)
 for scen in ("keepalive", "full", "resumed"):
     n = by.get((scen, "nginx"), []); s = by.get((scen, "stealgate"), [])
     if not n or not s:
         continue
-    nr, sr = statistics.median(r for r, _ in n), statistics.median(r for r, _ in s)
-    nc, sc = statistics.median(c for _, c in n), statistics.median(c for _, c in s)
-    print(f"| {scen} | {nr:.0f} | {sr:.0f} | {sr / nr:.2f} | {nc:.1f} | {sc:.1f} | {sc / nc:.2f} |")
+    nr, sr, nc, sc = med(n, 0), med(s, 0), med(n, 1), med(s, 1)
+    print(f"| {scen} | {nr:.0f} | {sr:.0f} | {sr / nr:.2f} | {nc:.1f} | {sc:.1f} | {sc / nc:.2f} "
+          f"| {med(n, 2):.1f} / {med(s, 2):.1f} |")
 PY
 curl -s "http://127.0.0.1:$SGADMIN/metrics" | grep -E '^stealgate_tls_handshakes_total' | grep -v ' 0$' || true
