@@ -81,7 +81,8 @@ run_suite() {  # label, build dir, meson setup args, compile targets ("" = all),
   local label="$1" dir="$2" setup_args="$3" targets="$4" test_args="$5" stress_args="${6:-}"
   echo "== $label: configuring $dir (at ${SECONDS}s)"
   if [[ -f "$dir/build.ninja" ]]; then
-    meson setup --reconfigure "$dir" $setup_args >"$dir.setup.log" 2>&1 || {
+    # (meson configure first: setup --reconfigure keeps an existing c_args/cpp_args.)
+    { meson configure "$dir" $setup_args && meson setup --reconfigure "$dir"; } >"$dir.setup.log" 2>&1 || {
       tail -20 "$dir.setup.log"; fail "$label" "meson setup --reconfigure"; return; }
   else
     meson setup "$dir" $setup_args >"$dir.setup.log" 2>&1 || {
@@ -170,8 +171,10 @@ if ! skipping asan; then
   export STEALGATE_TIMEOUT_SCALE=3  # the integration harness's time bounds (tests/integration/harness.py)
   # At -O1 (AddressSanitizer's recommendation) and without the benchmark binaries (their
   # smoke test runs in build-test): at -O2 this build alone took 950 s of a 1,950 s run, at
-  # -O1 626 s, while its tests take about a minute either way.
-  run_suite "asan+ubsan" build-asan "-Doptimization=1 -Ddebug=true -Db_sanitize=address,undefined -Db_lundef=false -Dbenchmarks=false" "" \
+  # -O1 626 s, while its tests take about a minute either way. Debug information is line
+  # tables only (-g1): the sanitizers' reports still name function, file and line, and
+  # compiling takes about 30% less than with -g (sections_routes.cpp: 32 -> 22 s).
+  run_suite "asan+ubsan" build-asan "-Doptimization=1 -Ddebug=false -Dc_args=-g1 -Dcpp_args=-g1 -Db_sanitize=address,undefined -Db_lundef=false -Dbenchmarks=false" "" \
     "--timeout-multiplier 3" "--timeout-multiplier 3"
   unset ASAN_OPTIONS UBSAN_OPTIONS STEALGATE_TIMEOUT_SCALE
 fi
@@ -179,7 +182,7 @@ fi
 if ! skipping tsan; then
   export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
   export STEALGATE_TIMEOUT_SCALE=4
-  run_suite "tsan" build-tsan "--buildtype=debugoptimized -Db_sanitize=thread -Dbenchmarks=false" \
+  run_suite "tsan" build-tsan "-Doptimization=2 -Ddebug=false -Dc_args=-g1 -Dcpp_args=-g1 -Db_sanitize=thread -Dbenchmarks=false" \
     "tests/unit/exec_unit_test tests/unit/io_unit_test tests/unit/proxy_unit_test tests/unit/pool_unit_test tests/stress/exec_stress_test tests/stress/io_stress_test" \
     "--suite concurrency --timeout-multiplier 4" "--timeout-multiplier 4"
   unset TSAN_OPTIONS STEALGATE_TIMEOUT_SCALE
