@@ -23,10 +23,6 @@ constexpr std::size_t kMinCap = kBodyBuffer;
 // thread's cache, up to a number per size (Pool::keep).
 class BufferCache {
  public:
-  ~BufferCache() {
-    for (char* p : small_.free) delete[] p;
-    for (char* p : body_.free) delete[] p;
-  }
   char* get(std::size_t n) {
     Pool* pool = pool_for(n);
     if (pool != nullptr && !pool->free.empty()) {
@@ -47,6 +43,12 @@ class BufferCache {
 
  private:
   struct Pool {
+    explicit Pool(std::size_t k) : keep(k) {}
+    Pool(const Pool&) = delete;
+    Pool& operator=(const Pool&) = delete;
+    ~Pool() {
+      for (char* p : free) delete[] p;
+    }
     std::size_t keep;  // at most this many kept
     std::vector<char*> free;
   };
@@ -57,11 +59,11 @@ class BufferCache {
   }
 #if defined(__SANITIZE_ADDRESS__)
   // Every buffer freed: use-after-free stays detectable.
-  Pool small_{0, {}};
-  Pool body_{0, {}};
+  Pool small_{0};
+  Pool body_{0};
 #else
-  Pool small_{64, {}};
-  Pool body_{16, {}};  // 1 MiB
+  Pool small_{64};
+  Pool body_{16};  // 1 MiB
 #endif
 };
 

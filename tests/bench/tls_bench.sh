@@ -94,8 +94,9 @@ ticks=$(getconf CLK_TCK)
 # Idle and iowait jiffies of the whole machine so far (/proc/stat, all CPUs): a machine
 # left idle while the clients wait is throughput lost to waits, not to CPU.
 idle_jiffies() { awk '/^cpu / {print $5 + $6}' /proc/stat; }
+cpus=$(grep -c '^cpu[0-9]' /proc/stat)  # the CPUs that line sums (nproc counts only ours)
 
-# Runs one scenario against a port; prints "requests cpu_seconds".
+# Runs one scenario against a port; prints how many requests (or connections) it made.
 load() {
   local scenario=$1 port=$2 out n
   case $scenario in
@@ -127,7 +128,7 @@ for round in $(seq "$ROUNDS"); do
       c0=$(cpu_of "$port") i0=$(idle_jiffies)
       n=$(load "$scenario" "$port")
       c1=$(cpu_of "$port") i1=$(idle_jiffies)
-      python3 - "$scenario" "$name" "$n" "$((c1 - c0))" "$ticks" "$DURATION" "$((i1 - i0))" "$(nproc)" \
+      python3 - "$scenario" "$name" "$n" "$((c1 - c0))" "$ticks" "$DURATION" "$((i1 - i0))" "$cpus" \
         >>"$work/results.txt" <<'PY'
 import sys
 scenario, name, n, cpu_ticks, hz, dur = sys.argv[1], sys.argv[2], int(sys.argv[3] or 0), int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6])
