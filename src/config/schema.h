@@ -181,6 +181,7 @@ struct RouteMatchSection {
   std::string path_exact;
   std::string path_prefix;
   std::string path_regex;   // ECMAScript, whole-path match
+  bool case_sensitive = true;  // false: the path matchers ignore ASCII case
   std::vector<std::string> methods;
   std::vector<HeaderMatch> headers;
   std::vector<QueryMatch> query;

@@ -135,6 +135,9 @@ const Table<RouteMatchSection>& match_table() {
        F::text("path_prefix", &M::path_prefix, "paths starting with this", normal_path).shown("any"),
        F::text("path_regex", &M::path_regex, "ECMAScript regular expression over the whole path", valid_regex)
            .shown("any"),
+       F::flag("case_sensitive", &M::case_sensitive,
+               "`false`: `path`, `path_prefix` and `path_regex` ignore ASCII case (`/Admin` matches "
+               "`/admin`); set it on access rules in front of an upstream that treats paths that way"),
        F::strings("methods", &M::methods, "e.g. `[GET, POST]`", nullptr, false).shown("any"),
        matchers("headers", &M::headers, "`{ X-Env: prod, X-Debug: ~ }` (`~` = must be present)"),
        matchers("query", &M::query, "query parameters, same form"),

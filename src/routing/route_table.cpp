@@ -42,10 +42,14 @@ bool CompiledRoute::matches(const http::RequestHead& req, std::string_view liste
   switch (path_kind) {
     case PathKind::kAny: break;
     case PathKind::kExact:
-      if (req.path != path) return false;
+      if (case_sensitive ? req.path != path : !http::iequals(req.path, path)) return false;
       break;
     case PathKind::kPrefix:
-      if (req.path.compare(0, path.size(), path) != 0) return false;
+      if (req.path.size() < path.size()) return false;
+      if (case_sensitive ? req.path.compare(0, path.size(), path) != 0
+                         : !http::iequals(std::string_view(req.path).substr(0, path.size()), path)) {
+        return false;
+      }
       break;
     case PathKind::kRegex:
       if (!std::regex_match(req.path, path_regex)) return false;
@@ -93,6 +97,7 @@ Result<RouteTable> RouteTable::build(const config::Config& cfg,
         c.host = http::to_lower(std::string(host_without_port(r.match.host)));
       }
     }
+    c.case_sensitive = r.match.case_sensitive;
     if (!r.match.path_exact.empty()) {
       c.path_kind = CompiledRoute::PathKind::kExact;
       c.path = r.match.path_exact;
@@ -101,8 +106,11 @@ Result<RouteTable> RouteTable::build(const config::Config& cfg,
       c.path = r.match.path_prefix;
     } else if (!r.match.path_regex.empty()) {
       c.path_kind = CompiledRoute::PathKind::kRegex;
-      c.path_regex = std::regex(r.match.path_regex, std::regex::ECMAScript | std::regex::optimize);
+      auto flags = std::regex::ECMAScript | std::regex::optimize;
+      if (!c.case_sensitive) flags |= std::regex::icase;
+      c.path_regex = std::regex(r.match.path_regex, flags);
     }
+
     c.methods = r.match.methods;
     c.listeners = r.match.listeners;
     t.routes_.push_back(std::move(c));

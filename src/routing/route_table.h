@@ -26,6 +26,7 @@ struct CompiledRoute {
   enum class PathKind : uint8_t { kAny, kExact, kPrefix, kRegex } path_kind = PathKind::kAny;
   std::string path;
   std::regex path_regex;
+  bool case_sensitive = true;  // false: path matchers ignore ASCII case
   std::vector<std::string> methods;
   std::vector<std::string> listeners;
 

@@ -18,6 +18,9 @@ DENY_ROUTES = """  - name: deny-internal
   - name: deny-admin-host
     match: { host: admin.example.com }
     direct_response: { status: 403, body: "denied host" }
+  - name: deny-legacy-admin
+    match: { path_prefix: /Legacy/Admin, case_sensitive: false }
+    direct_response: { status: 403, body: "denied" }
   - name: app
     match: { path_prefix: / }
     cluster: app
@@ -103,6 +106,18 @@ class DenyRouteSpellingsTest(AppCase):
         status, _ = get(self.sg.port, "/app", host="%61dmin.example.com")
         self.assertEqual(status, 400)
         self.assert_upstream_saw_nothing("a spelling of the denied host")
+
+    def test_a_case_insensitive_rule_holds_against_every_case_and_spelling(self):
+        # For upstreams that fold case (IIS, ASP.NET): the rule sees the normalized path.
+        for target in ("/Legacy/Admin", "/legacy/admin", "/LEGACY/ADMIN/users", "/lEgAcY/aDmIn",
+                       "/%4Cegacy/Admin", "/%6c%45GACY/admin", "/x/../LEGACY//admin", "/./legacy/./ADMIN/",
+                       "/LEGACY/%41DMIN", "/legacy/admin%2fx"):
+            status, _ = get(self.sg.port, target)
+            self.assertIn(status, (400, 403), target)
+        self.assert_upstream_saw_nothing("a spelling of /legacy/admin")
+        # Paths are case-sensitive unless the route says otherwise (RFC 3986 §6.2.2.1).
+        self.assertEqual(get(self.sg.port, "/INTERNAL/x")[0], 200)
+        self.assertEqual([e["target"] for e in self.up.log()], ["/INTERNAL/x"])
 
     def test_the_normalized_path_goes_upstream_with_the_query_untouched(self):
         status, _ = get(self.sg.port, "/api/../app//x/./%7Ey/%2e/z%3f?q=%2e%2e/../a//b")

@@ -25,6 +25,9 @@ routes:
   - { name: admin-host, match: { host: admin.example.com }, direct_response: { status: 200 } }
   - { name: wild, match: { host: "*.example.com", path_prefix: /w/ }, direct_response: { status: 200 } }
   - { name: exact, match: { path: /exact }, direct_response: { status: 200 } }
+  - { name: deny, match: { path_prefix: /Admin, case_sensitive: false }, direct_response: { status: 403 } }
+  - { name: deny-exact, match: { path: /Secret, case_sensitive: false }, direct_response: { status: 403 } }
+  - { name: deny-regex, match: { path_regex: "/keys/[a-z]+", case_sensitive: false }, direct_response: { status: 403 } }
   - { name: regex, match: { path_regex: "/items/[0-9]+" }, direct_response: { status: 200 } }
   - { name: posts, match: { path_prefix: /api/, methods: [POST] }, cluster: app }
   - { name: beta, match: { path_prefix: /api/, headers: [ { name: x-beta, value: "1" } ] }, cluster: app }
@@ -72,6 +75,16 @@ TEST_F(Routes, PathsExactPrefixAndRegex) {
   EXPECT_EQ(route("GET", "h", "/exact/more"), "-");
   EXPECT_EQ(route("GET", "h", "/items/42"), "regex");
   EXPECT_EQ(route("GET", "h", "/items/42x"), "-") << "a regex matches the whole path";
+}
+
+TEST_F(Routes, PathsCaseSensitiveUnlessTheRouteSaysOtherwise) {
+  EXPECT_EQ(route("GET", "h", "/EXACT"), "-") << "paths are case-sensitive by default (RFC 3986)";
+  for (const char* p : {"/admin", "/ADMIN", "/aDmIn/x", "/Admin"}) EXPECT_EQ(route("GET", "h", p), "deny") << p;
+  EXPECT_EQ(route("GET", "h", "/Adm"), "-") << "a prefix longer than the path never matches";
+  EXPECT_EQ(route("GET", "h", "/SECRET"), "deny-exact");
+  EXPECT_EQ(route("GET", "h", "/secret/x"), "-");
+  EXPECT_EQ(route("GET", "h", "/KEYS/AbC"), "deny-regex");
+  EXPECT_EQ(route("GET", "h", "/keys/ab1"), "-");
 }
 
 TEST_F(Routes, FirstMatchInFileOrderWithMethodsHeadersAndQuery) {
