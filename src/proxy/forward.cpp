@@ -236,6 +236,7 @@ exec::Task<ForwardResult> Exchange::reply(int status, bool close) {
   lr.status = status;
   lr.close = close || !request_body_consumed_;
   lr.head = req_.is_head();
+  ctx_.bytes_out = local_reply_body_bytes(lr);
   down_.release_admission();  // no upstream is involved any more
   const bool ok = co_await response_.send_local(lr);
   co_return ForwardResult{ok && !lr.close};

@@ -5,11 +5,23 @@
 
 namespace sg::proxy {
 
+namespace {
+
+bool bodiless(int status) { return status == 204 || status == 304 || (status >= 100 && status < 200); }
+
+std::string body_of(const LocalReply& r) {
+  if (!r.body.empty() || r.status < 400) return r.body;
+  return std::to_string(r.status) + " " + std::string(http::reason_phrase(r.status)) + "\n";
+}
+
+}  // namespace
+
+std::size_t local_reply_body_bytes(const LocalReply& r) {
+  return r.head || bodiless(r.status) ? 0 : body_of(r).size();
+}
+
 std::string render_local_reply(const LocalReply& r) {
-  std::string body = r.body;
-  if (body.empty() && r.status >= 400) {
-    body = std::to_string(r.status) + " " + std::string(http::reason_phrase(r.status)) + "\n";
-  }
+  const std::string body = body_of(r);
   http::HeaderMap h;
   h.add("Date", std::string(http::http_date_now()));
   h.add("Server", "stealgate");
@@ -18,8 +30,8 @@ std::string render_local_reply(const LocalReply& r) {
     if (http::iequals(k, "content-type")) has_type = true;
     h.add(k, v);
   }
-  bool bodiless = r.status == 204 || r.status == 304 || (r.status >= 100 && r.status < 200);
-  if (!bodiless) {
+  const bool no_body = bodiless(r.status);
+  if (!no_body) {
     if (!has_type && !body.empty()) h.add("Content-Type", "text/plain; charset=utf-8");
     h.add("Content-Length", std::to_string(body.size()));
   }
@@ -27,7 +39,7 @@ std::string render_local_reply(const LocalReply& r) {
   std::string out;
   out.reserve(256 + body.size());
   http::append_response_head(out, r.minor, r.status, {}, h);
-  if (!r.head && !bodiless) out += body;
+  if (!r.head && !no_body) out += body;
   return out;
 }
 

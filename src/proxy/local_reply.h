@@ -22,6 +22,9 @@ struct LocalReply {
 };
 
 std::string render_local_reply(const LocalReply& r);
+// The body bytes render_local_reply puts on the wire (none for HEAD and bodiless statuses):
+// what the access log counts as sent.
+std::size_t local_reply_body_bytes(const LocalReply& r);
 
 // A 503 with Retry-After from limits.retry_after (every 503 stealgate makes: admission,
 // no healthy endpoint, max_connections).

@@ -113,7 +113,7 @@ exec::Task<Handled> handle_request(Gateway& gw, const std::shared_ptr<const Snap
     // The unread request body makes the connection unusable: close after replying.
     lr.close = lr.close || has_body || !req.keep_alive || req.is_http10() || gw.draining();
     ctx.status = lr.status;
-    if (!lr.head) ctx.bytes_out = lr.body.size();
+    ctx.bytes_out = local_reply_body_bytes(lr);
     gs.local_replies.fetch_add(1, std::memory_order_relaxed);
     bool ok = co_await response.send_local(lr);
     co_return Handled{ok && !lr.close};

@@ -275,11 +275,30 @@ class NotifyTest(unittest.TestCase):
 
 
 class AccessLogTest(unittest.TestCase):
+    @staticmethod
+    def last_entry(log, target):
+        deadline = time.time() + 5
+        while time.time() < deadline:
+            with open(log) as f:
+                entries = [json.loads(line) for line in f if line.strip()]
+            found = [e for e in entries if e["target"] == target]
+            if found:
+                return found[-1]
+            time.sleep(0.05)
+        raise AssertionError(f"no access log entry for {target}")
+
     def test_json_access_log_to_file_reopened_on_sigusr1(self):
         d = tempfile.mkdtemp()
         log = os.path.join(d, "access.log")
+        closed = socket.socket()  # bound, never listening: connections to it are refused
+        closed.bind(("127.0.0.1", 0))
+        self.addCleanup(closed.close)
+        dead = closed.getsockname()[1]
         sg = Stealgate(config(
-            routes="  - name: hello\n    match: { path_prefix: / }\n    direct_response: { status: 201, body: hi }\n",
+            routes="  - name: dead\n    match: { path: /dead }\n    cluster: dead\n"
+                   "  - name: hello\n    match: { path_prefix: /, methods: [GET] }\n"
+                   "    direct_response: { status: 201, body: hi }\n",
+            clusters=f"  - name: dead\n    endpoints: [127.0.0.1:{dead}]\n",
             logging=f"format: json\n  access_log: {{ enabled: true, path: {log}, format: json }}"))
         request_once(sg.port, "GET", "/first?q=1", headers=[("X-Request-Id", "req-1")])
         deadline = time.time() + 5
@@ -295,6 +314,12 @@ class AccessLogTest(unittest.TestCase):
         self.assertEqual(entry["bytes_out"], 2)
         for key in ("time", "client", "cluster", "endpoint", "duration_ms"):
             self.assertIn(key, entry)
+        # A reply stealgate makes up counts the body it sent (the default "<status> <reason>").
+        for method, path, status, body in (("GET", "/dead", 502, b"502 Bad Gateway\n"),
+                                           ("POST", "/nowhere", 404, b"404 Not Found\n")):
+            got_status, _, got_body = request_once(sg.port, method, path)
+            self.assertEqual((got_status, got_body), (status, body))
+            self.assertEqual(self.last_entry(log, path)["bytes_out"], len(body), path)
         # logrotate: move the file away, SIGUSR1, the next line goes to a new file.
         os.rename(log, log + ".1")
         sg.proc.send_signal(signal.SIGUSR1)
