@@ -124,11 +124,9 @@ class Waker {
 // The coroutine task being polled on this thread (nullptr outside one).
 inline CoroTaskBase* current_task() noexcept { return tl_ctx.current; }
 
-// Inside await_suspend(h): records h as the resume point of the current task and arms a
-// new wait. Must be called on the task's own thread while it runs.
-inline Waker arm_wait(std::coroutine_handle<> h) noexcept {
-  CoroTaskBase* t = tl_ctx.current;
-  assert(t != nullptr && "exec awaitables must be awaited inside an executor task");
+// Records h as the resume point of task `t` and arms a new wait of `t`. Called on the
+// thread polling `t` (an empty h: a BurstTask's wait between bursts, exec/burst_task.h).
+inline Waker arm_wait_of(CoroTaskBase* t, std::coroutine_handle<> h) noexcept {
   t->leaf = h;
   uint64_t gen = (t->wait_token.load(std::memory_order_relaxed) >> 2) + 1;
   // Release: a completer that acquires the ARMED token sees leaf and whatever the awaiter
@@ -136,6 +134,13 @@ inline Waker arm_wait(std::coroutine_handle<> h) noexcept {
   t->wait_token.store((gen << 2) | wait_phase::kArmed, std::memory_order_release);
   task_ref_inc(t);
   return Waker(t, gen);
+}
+// Inside await_suspend(h): arm_wait_of the current task. Must be called on the task's own
+// thread while it runs.
+inline Waker arm_wait(std::coroutine_handle<> h) noexcept {
+  CoroTaskBase* t = tl_ctx.current;
+  assert(t != nullptr && "exec awaitables must be awaited inside an executor task");
+  return arm_wait_of(t, h);
 }
 
 // Arms a wait like arm_wait, without taking a task reference, for primitives that
@@ -333,6 +338,22 @@ struct is_task<Task<T>> : std::true_type {};
 template <class X>
 inline constexpr bool is_task_v = detail::is_task<std::remove_cvref_t<X>>::value;
 
+// The end of a coroutine task's poll that left it suspended (CoroTask, BurstTask):
+// requeue_yielded() after it yielded (to the back of the queue: RUNNING -> NOTIFIED),
+// end_poll() otherwise (RUNNING cleared; requeued if it was woken while it ran).
+inline void requeue_yielded(TaskHeader* h) noexcept {
+  using namespace task_state;
+  uint32_t s = h->state.load(std::memory_order_relaxed);
+  while (!h->state.compare_exchange_weak(s, (s & ~kRunning) | kNotified, std::memory_order_acq_rel,
+                                         std::memory_order_relaxed)) {
+  }
+  schedule_task(h, ScheduleKind::kYield);
+}
+inline void end_poll(TaskHeader* h) noexcept {
+  const uint32_t prev = h->state.fetch_and(~task_state::kRunning, std::memory_order_acq_rel);
+  if (prev & task_state::kNotified) schedule_task(h, ScheduleKind::kYield);  // woken while running
+}
+
 // A spawned root coroutine. F is the callable that produced the Task (kept alive for the
 // task's lifetime so that lambda captures outlive the coroutine that refers to them).
 template <class T, class F>
@@ -404,7 +425,7 @@ struct CoroTask final : CoroTaskBase {
   static void poll(TaskHeader* h) noexcept {
     using namespace task_state;
     auto* self = static_cast<CoroTask*>(h);
-    uint32_t prev = h->state.fetch_xor(kNotified | kRunning, std::memory_order_acq_rel);
+    const uint32_t prev = h->state.fetch_xor(kNotified | kRunning, std::memory_order_acq_rel);
     if (prev & kCancelled) {
       self->drop_future();
       complete_task(self);
@@ -425,19 +446,12 @@ struct CoroTask final : CoroTaskBase {
         complete_task(self);
         return;
       }
-      if (c.yield_requested) {
-        c.yield_requested = false;
-        uint32_t s = h->state.load(std::memory_order_relaxed);
-        while (!h->state.compare_exchange_weak(s, (s & ~kRunning) | kNotified,
-                                               std::memory_order_acq_rel,
-                                               std::memory_order_relaxed)) {
-        }
-        schedule_task(h, ScheduleKind::kYield);
+      if (std::exchange(c.yield_requested, false)) {
+        requeue_yielded(h);
         return;
       }
     }
-    prev = h->state.fetch_and(~kRunning, std::memory_order_acq_rel);
-    if (prev & kNotified) schedule_task(h, ScheduleKind::kYield);  // woken while running
+    end_poll(h);
   }
 
   static void shutdown(TaskHeader* h) noexcept {

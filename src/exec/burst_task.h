@@ -1,0 +1,143 @@
+// A task whose work comes in bursts with long waits between them (a keep-alive
+// connection: a few requests, then seconds or minutes of silence). It runs one coroutine
+// per burst; between bursts it waits without any coroutine frame, on a wait that lives in
+// the task itself (in its Body). An idle connection so holds one allocation instead of a
+// task, the connection's frame and the awaiter inside that frame.
+//
+// Body's contract (every call on the task's thread, inside one of its polls, with the task
+// current, so that exec waits and exec::current_task() work as in a coroutine):
+//   Task<bool> burst()              the next burst: co_returns true to wait for another,
+//                                   false to end the task.
+//   void idle(Waker w)              arms the wait between bursts, to complete `w` (a wait
+//                                   already satisfied may complete it at once).
+//   bool woken(const WaitResult& r) that wait completed with `r`: stops what lost the race;
+//                                   true starts the next burst, false ends the task.
+//   ~Body()                         the task ends: after a burst or wait said so, or when it
+//                                   is cancelled (drain, runtime shutdown), idle or in a
+//                                   burst (whose frame is destroyed first).
+// The first poll starts a burst. An exception out of a burst ends the task.
+//
+// The wait between bursts is an ordinary exec wait: idle()'s Waker holds a task reference
+// and a generation like a coroutine's, so a timer, the I/O driver or another task completes
+// it the usual way, and a completion meant for an earlier wait (an older generation) only
+// drops its reference. The state word's transitions are CoroTask's (exec/task.h).
+#pragma once
+
+#include <new>
+#include <utility>
+
+#include "exec/coro.h"
+#include "exec/runtime.h"
+
+namespace sg::exec {
+
+template <class Body>
+struct BurstTask final : CoroTaskBase {
+  template <class... A>
+  explicit BurstTask(Scheduler* s, A&&... args)
+      : CoroTaskBase(&kVTable, s, task_state::kNotified + task_state::kRefOne) {
+    is_coroutine = 1;
+    new (&body) Body(std::forward<A>(args)...);
+  }
+  ~BurstTask() {}  // body is destroyed when the task ends (end()), not with the memory
+
+  static void* operator new(std::size_t n) { return task_alloc(n); }
+  static void operator delete(void* p, std::size_t n) noexcept { task_free(p, n); }
+
+  Task<bool> burst;  // the running burst; empty between bursts
+  union {
+    Body body;  // alive from construction until the task ends
+  };
+
+  // Until the task waits or ends: starts a burst when none runs (the first poll, or the
+  // wait between bursts completed), resumes it, and when it is over arms the next wait.
+  // False: the task ends.
+  bool step() {
+    if (!burst.valid()) {
+      // Generation 0: no wait was ever armed, so this is the first poll.
+      const bool first = (wait_token.load(std::memory_order_relaxed) >> 2) == 0;
+      if (!first && !body.woken(wait_result)) return false;
+      burst = body.burst();
+      leaf = burst.handle();
+    }
+    leaf.resume();
+    if (!burst.done()) return true;  // suspended in the burst, or yielding
+    bool again = false;
+    try {
+      again = burst.handle().promise().take();
+    } catch (...) {
+      again = false;
+    }
+    burst.reset();
+    if (again) body.idle(arm_wait_of(this, {}));
+    return again;
+  }
+
+  // Destroys the burst (its frame refers to the body), then the body, with this task
+  // current (their destructors cancel waits), and completes the task.
+  void end() noexcept {
+    ThreadContext& c = tl_ctx;
+    CoroTaskBase* saved = c.current;
+    c.current = this;
+    burst.reset();
+    body.~Body();
+    c.current = saved;
+    complete_task(this);
+  }
+
+  static void poll(TaskHeader* h) noexcept {
+    using namespace task_state;
+    auto* self = static_cast<BurstTask*>(h);
+    const uint32_t prev = h->state.fetch_xor(kNotified | kRunning, std::memory_order_acq_rel);
+    if (prev & kCancelled) {
+      self->end();
+      return;
+    }
+    // ARMED or COMPLETING: a spurious poll (see exec/coro.h); the wait's completer wakes us.
+    const uint64_t token = self->wait_token.load(std::memory_order_acquire);
+    if ((token & wait_phase::kMask) == wait_phase::kIdle) {
+      ThreadContext& c = tl_ctx;
+      CoroTaskBase* saved = c.current;
+      c.current = self;
+      c.yield_requested = false;
+      const bool go_on = self->step();
+      c.current = saved;
+      if (!go_on) {
+        self->end();
+        return;
+      }
+      if (std::exchange(c.yield_requested, false)) {
+        requeue_yielded(h);
+        return;
+      }
+    }
+    end_poll(h);
+  }
+
+  static void shutdown(TaskHeader* h) noexcept {
+    h->state.fetch_xor(task_state::kNotified | task_state::kRunning, std::memory_order_acq_rel);
+    static_cast<BurstTask*>(h)->end();
+  }
+
+  static void dealloc(TaskHeader* h) noexcept {
+    Scheduler* s = h->scheduler;
+    if (h->diag != nullptr) release_task_diag(h);
+    delete static_cast<BurstTask*>(h);
+    note_task_freed(s);
+  }
+
+  static constexpr TaskVTable kVTable{&poll, &shutdown, &dealloc};
+};
+
+// Spawns a detached BurstTask running a Body made from `args` (constructed here, on the
+// calling thread), onto the runtime running the caller.
+template <class Body, class... A>
+void spawn_bursts(const TaskLabel& label, A&&... args) {
+  Scheduler* s = tl_ctx.scheduler;
+  s->note_task_created();
+  auto* t = new BurstTask<Body>(s, std::forward<A>(args)...);
+  s->label_new_task(t, label);
+  s->schedule(t, ScheduleKind::kWake);
+}
+
+}  // namespace sg::exec
