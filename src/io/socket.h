@@ -36,7 +36,7 @@ class Socket {
   Socket() = default;
   // Takes ownership of `fd` (already non-blocking). On failure `fd` is closed.
   static Result<Socket> adopt(IoContext io, int fd);
-  Socket(Socket&& o) noexcept : fd_(o.fd_), desc_(std::move(o.desc_)), recv_(o.recv_), streaming_(o.streaming_) {
+  Socket(Socket&& o) noexcept : desc_(std::move(o.desc_)), recv_(o.recv_), fd_(o.fd_), streaming_(o.streaming_) {
     o.fd_ = -1;
     o.desc_.reset();
     o.recv_ = nullptr;
@@ -63,9 +63,11 @@ class Socket {
   tcp::endpoint local_endpoint() const;
 
  private:
-  int fd_ = -1;
+  // (fd_ beside streaming_: no padding, so that an idle connection's task stays in its
+  // allocation class; see proxy/session.cpp.)
   std::optional<Descriptor> desc_;  // epoll driver: owns fd_ (closing it closes fd_)
   UringOp* recv_ = nullptr;
+  int fd_ = -1;
   bool streaming_ = false;
 };
 

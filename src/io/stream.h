@@ -57,9 +57,14 @@ class Stream {
                          tls_ != nullptr && tls_->has_buffered()};
   }
 
-  // Waits until this stream is readable (as above, without a second stream).
-  ReadableAwaiter wait_readable(const Deadline& dl) {
-    return ReadableAwaiter{tcp_.socket(), dl, tls_ != nullptr && tls_->has_buffered()};
+  // Arms `wait` to complete `w` once this stream is readable (at once when TLS holds
+  // plaintext or ciphertext already) or at `dl`: an idle connection's wait between bursts.
+  void wait_readable(ReadableWait& wait, const Deadline& dl, exec::Waker w) {
+    if (tls_ != nullptr && tls_->has_buffered()) {
+      std::move(w).wake({std::error_code{}, kTagReady});
+      return;
+    }
+    wait.start(tcp_.socket(), dl, std::move(w));
   }
 
   using PeerState = TcpStream::PeerState;

@@ -193,31 +193,35 @@ struct EitherAwaiter {
   }
 };
 
-// Waits until `sock` is readable (its receive, as EitherAwaiter's `a`: data, EOF or an
-// error to read) or the deadline passes; yields true when readable, false when the
-// deadline passed or the wait itself failed. The idle wait of a keep-alive connection: it
-// lives in the connection's frame for the connection's life, so it carries no second
-// socket and its result is a bool (an error_code would take 16 bytes of that frame).
-struct ReadableAwaiter {
-  Socket& sock;
-  Deadline deadline;
-  bool ready_now = false;  // readable already (plaintext held by TLS): no wait
-  exec::TimerEntry timer{};
-  ReceiveWait wait{};
+// The wait of an idle keep-alive connection, armed with a Waker rather than awaited: it
+// lives in the connection's task between bursts (exec/burst_task.h), where no coroutine
+// frame is. start() completes `w` with kTagReady once `sock` is readable (its receive, as
+// EitherAwaiter's `a`: data, EOF or an error to read), or with kTagTimer at the deadline.
+// finish() stops what lost the race and says whether the socket became readable; stop()
+// (and the destructor) stops both.
+class ReadableWait {
+ public:
+  ReadableWait() = default;
+  ReadableWait(const ReadableWait&) = delete;
+  ReadableWait& operator=(const ReadableWait&) = delete;
+  ~ReadableWait() { stop(); }
 
-  bool await_ready() const noexcept { return ready_now; }
-  void await_suspend(std::coroutine_handle<> h) {
-    exec::Waker w = exec::arm_wait(h);
-    if (deadline.is_set()) arm_deadline(timer, deadline, w.clone());
-    wait.start(sock, std::move(w), kTagReady);
+  void start(Socket& sock, const Deadline& dl, exec::Waker w) {
+    if (dl.is_set()) arm_deadline(timer_, dl, w.clone());
+    wait_.start(sock, std::move(w), kTagReady);
   }
-  bool await_resume() {
-    if (ready_now) return true;
-    const exec::WaitResult r = exec::last_wait_result();
-    timer.cancel();
-    wait.stop();
+  bool finish(const exec::WaitResult& r) noexcept {
+    stop();
     return r.value == kTagReady && r.code == 0;
   }
+  void stop() noexcept {
+    timer_.cancel();
+    wait_.stop();
+  }
+
+ private:
+  exec::TimerEntry timer_;
+  ReceiveWait wait_;
 };
 
 // A deadline as an exec::WaitTimeout (bounds a Semaphore wait).

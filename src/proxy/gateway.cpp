@@ -214,6 +214,7 @@ std::string Gateway::bind_listener(const config::ListenerSection& l, std::shared
   io::Listening got = io::listen_on(rt_.context(), inherited_, l.name, *ep, opts);
   if (!got.listener) return "listener \"" + l.name + "\" " + l.address.text() + ": " + got.error;
   auto ls = std::make_shared<ListenerState>();
+  ls->gateway = this;
   ls->key = listener_key(l);
   ls->address = l.address.text();
   ls->bound_port = got.listener->local_endpoint().port();
@@ -385,6 +386,7 @@ void Gateway::leave_session(SessionEntry& e) {
   (e.prev_ != nullptr ? e.prev_->next_ : sessions_) = e.next_;
   if (e.next_ != nullptr) e.next_->prev_ = e.prev_;
   e.prev_ = e.next_ = nullptr;
+  e.task_ = nullptr;
   --session_count_;
   if (sessions_ == nullptr && sessions_starting_ == 0) sessions_cv_.notify_all();
 }

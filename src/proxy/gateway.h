@@ -61,7 +61,10 @@ struct Snapshot {
   std::shared_ptr<const tls::ServerContext> tls_for(const std::string& key) const;
 };
 
+class Gateway;
+
 struct ListenerState {
+  Gateway* gateway = nullptr;  // the owner (what a connection reaches through its listener)
   std::string key;      // listener_key(): identity across reloads
   std::string address;  // host:port as configured
   std::optional<io::TcpListener> listener;
@@ -79,8 +82,8 @@ struct ListenerState {
 // Connection: close, or header_timeout); kIdle, between requests on a keep-alive
 // connection, is what drain closes (a client may retry an idempotent request then).
 //
-// The entry lives in its connection task's frame (no allocation, no list node): the task
-// links it when it starts (Gateway::enter_session) and unlinks it before the frame goes
+// The entry lives in its connection's task (no allocation, no list node): the task links
+// it when it starts (Gateway::enter_session) and unlinks it before the task ends
 // (leave_session), both under the registry lock. So an entry seen under that lock belongs
 // to a task that has not finished, and cancelling that task through it is safe.
 class SessionEntry {
@@ -91,6 +94,8 @@ class SessionEntry {
   SessionEntry& operator=(const SessionEntry&) = delete;
 
   std::atomic<int> state{kFresh};
+  // Between enter_session and leave_session (the owner's thread only).
+  bool linked() const { return task_ != nullptr; }
 
  private:
   friend class Gateway;

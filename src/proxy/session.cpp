@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "common/log.h"
+#include "exec/burst_task.h"
 #include "http/serialize.h"
 #include "proxy/access_log.h"
 #include "proxy/admission.h"
@@ -264,13 +265,12 @@ exec::Task<bool> serve_request(Gateway& gw, ListenerState& ls, const http::HeadR
 // Serves the requests that arrive without a pause, from the first byte of one request
 // until the connection is idle with nothing buffered (pipelined requests are served in
 // turn). Returns whether the connection stays open. `first_byte`: when the first request's
-// first byte must have arrived; `fresh`: it is the connection's first request. The reader, with its parser, lives only here, so an idle
-// keep-alive connection holds neither.
-exec::Task<bool> serve_requests(Gateway& gw, ListenerState& ls, SessionEntry& entry,
-                                io::Stream& client, const Peer& who, const io::Deadline& first_request_by, bool fresh,
+// first byte must have arrived; `fresh`: it is the connection's first request. The reader,
+// with its parser, lives only here, so an idle keep-alive connection holds neither.
+exec::Task<bool> serve_requests(Gateway& gw, ListenerState& ls, SessionEntry& entry, io::Stream& client,
+                                const Peer& who, io::Deadline first_byte, bool fresh,
                                 std::shared_ptr<const Snapshot>& lsnap, const config::ListenerSection*& lcfg) {
   http::MessageReader reader(client, http::Parser::Mode::kRequest, parser_limits(*lcfg));
-  io::Deadline first_byte = first_request_by;
   for (;;) {
     http::HeadRead hr = co_await reader.read_head(first_byte, lcfg->header_timeout);
     int expected = fresh ? SessionEntry::kFresh : SessionEntry::kIdle;
@@ -283,46 +283,66 @@ exec::Task<bool> serve_requests(Gateway& gw, ListenerState& ls, SessionEntry& en
   }
 }
 
-// One downstream connection, from accept to close. `who`: the peer, as accept reported it.
-exec::Task<void> serve_connection(Gateway& gw, std::shared_ptr<ListenerState> ls, io::Stream client, Peer who) {
-  // Registered for drain while the frame lives (gateway.h).
-  struct Session {
-    Gateway& gw;
-    std::shared_ptr<ListenerState>& ls;
-    SessionEntry entry;
-    ~Session() {
-      ls->stats.connections_active.fetch_sub(1, std::memory_order_relaxed);
-      ls->slot_freed.notify_one();
-      gw.leave_session(entry);
-    }
-  } session{gw, ls, {}};
-  if (!gw.enter_session(session.entry)) co_return;  // sessions are being aborted
+// One downstream connection, from accept to close, as the body of a BurstTask
+// (exec/burst_task.h): each burst serves the requests that arrive without a pause
+// (serve_requests); between bursts the connection waits for the next request's first byte
+// (or idle_timeout) in its task, with no coroutine frame. So an idle keep-alive connection
+// holds this object, in its task's allocation, and its socket's pending receive.
+class Connection {
+ public:
+  // `who`: the peer, as accept reported it.
+  Connection(std::shared_ptr<ListenerState> ls, io::Stream client, Peer who)
+      : ls_(std::move(ls)), client_(std::move(client)), who_(std::move(who)) {}
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+  ~Connection() {
+    wait_.stop();
+    client_.close();
+    if (entry_.linked()) gw().leave_session(entry_);
+    ls_->stats.connections_active.fetch_sub(1, std::memory_order_relaxed);
+    ls_->slot_freed.notify_one();
+  }
 
-  // lcfg points into lsnap's configuration; lsnap keeps it alive (a reload may drop this
-  // listener from newer snapshots while the connection lives on).
-  std::shared_ptr<const Snapshot> lsnap = gw.snapshot();
-  const config::ListenerSection* lcfg = lsnap->listener(ls->key);
-  if (lcfg == nullptr) co_return;  // the listener was removed by a reload meanwhile
-  label_connection(lcfg->name, who);
-  if (lcfg->tls) {
-    if (!co_await accept_tls(*ls, *lsnap, client, who)) {
-      client.close();
-      co_return;
-    }
+  exec::Task<bool> burst() {
+    if (lcfg_ == nullptr) return open();
+    return serve_requests(gw(), *ls_, entry_, client_, who_, io::Deadline::after(lcfg_->idle_timeout), false,
+                          lsnap_, lcfg_);
   }
-  for (bool first = true;; first = false) {
-    // (Deadlines go by reference: a temporary would take room in the frame for the
-    // connection's life.)
-    const io::Deadline first_byte = io::Deadline::after(first ? lcfg->header_timeout : lcfg->idle_timeout);
-    if (!first) {
-      // Idle between requests: wait here, where the frame is small. The parser and the
-      // read buffer exist only while requests arrive (serve_requests).
-      if (!co_await client.wait_readable(first_byte)) break;  // idle timeout, or the wait failed
-    }
-    if (!co_await serve_requests(gw, *ls, session.entry, client, who, first_byte, first, lsnap, lcfg)) break;
+  void idle(exec::Waker w) { client_.wait_readable(wait_, io::Deadline::after(lcfg_->idle_timeout), std::move(w)); }
+  bool woken(const exec::WaitResult& r) { return wait_.finish(r); }
+
+ private:
+  Gateway& gw() const { return *ls_->gateway; }
+
+  // The first burst: registers for drain, takes the listener's configuration, runs the
+  // TLS handshake on a TLS listener, serves the first requests.
+  exec::Task<bool> open() {
+    if (!gw().enter_session(entry_)) co_return false;  // sessions are being aborted
+    lsnap_ = gw().snapshot();
+    const config::ListenerSection* lcfg = lsnap_->listener(ls_->key);
+    if (lcfg == nullptr) co_return false;  // the listener was removed by a reload meanwhile
+    label_connection(lcfg->name, who_);
+    if (lcfg->tls && !co_await accept_tls(*ls_, *lsnap_, client_, who_)) co_return false;
+    lcfg_ = lcfg;
+    co_return co_await serve_requests(gw(), *ls_, entry_, client_, who_, io::Deadline::after(lcfg->header_timeout),
+                                      true, lsnap_, lcfg_);
   }
-  client.close();
-}
+
+  std::shared_ptr<ListenerState> ls_;
+  // lcfg_ points into lsnap_'s configuration; lsnap_ keeps it alive (a reload may drop
+  // this listener from newer snapshots while the connection lives on). Null until open()
+  // has it.
+  std::shared_ptr<const Snapshot> lsnap_;
+  const config::ListenerSection* lcfg_ = nullptr;
+  io::Stream client_;
+  Peer who_;
+  SessionEntry entry_;
+  io::ReadableWait wait_;
+};
+
+// An idle keep-alive connection is this task alone: keep it within the 384-byte
+// allocation class (task_alloc: 64-byte steps), 400 bytes with the block header.
+static_assert(sizeof(exec::BurstTask<Connection>) <= 384);
 
 }  // namespace
 
@@ -382,7 +402,7 @@ exec::Task<void> accept_loop(Gateway& gw, std::shared_ptr<ListenerState> ls) {
     }
     ls->stats.connections_active.fetch_add(1, std::memory_order_relaxed);
     gw.expect_session();
-    exec::spawn_detached(serve_connection(gw, ls, std::move(s), Peer(peer)), {exec::TaskKind::kConnection, {}});
+    exec::spawn_bursts<Connection>({exec::TaskKind::kConnection, {}}, ls, std::move(s), Peer(peer));
   }
 }
 

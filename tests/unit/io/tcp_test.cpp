@@ -157,8 +157,19 @@ TEST_P(Tcp, AcceptedStreamsAreNonBlockingWithNodelayAndAcceptReportsThePeer) {
   ::close(fd);
 }
 
-// The idle wait of a keep-alive connection (Stream::wait_readable(deadline)): false at the
-// deadline, true once bytes arrive, and it consumes nothing (the read that follows gets them).
+// Awaits the idle wait of a keep-alive connection (Stream::wait_readable into a
+// ReadableWait), armed with the task's Waker as a BurstTask arms it between bursts.
+struct IdleWait {
+  Stream& s;
+  Deadline dl;
+  ReadableWait wait{};
+  bool await_ready() const noexcept { return false; }
+  void await_suspend(std::coroutine_handle<> h) { s.wait_readable(wait, dl, exec::arm_wait(h)); }
+  bool await_resume() { return wait.finish(exec::last_wait_result()); }
+};
+
+// The idle wait of a keep-alive connection: false at the deadline, true once bytes arrive,
+// and it consumes nothing (the read that follows gets them).
 TEST_P(Tcp, AStreamsReadableWaitEndsAtItsDeadlineOrOnDataAndConsumesNothing) {
   SG_DRIVER_RUNTIME(rt, two_workers());
   auto listener = TcpListener::bind(rt.context(), tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0), {});
@@ -170,10 +181,10 @@ TEST_P(Tcp, AStreamsReadableWaitEndsAtItsDeadlineOrOnDataAndConsumesNothing) {
     if (!conn.ok()) co_return "accept failed";
     Stream s(std::move(*conn));
     auto t0 = Clock::now();
-    if (co_await s.wait_readable(Deadline::after(80ms))) co_return "readable before any byte was sent";
+    if (co_await IdleWait{s, Deadline::after(80ms)}) co_return "readable before any byte was sent";
     if (Clock::now() - t0 < 70ms) co_return "the deadline came early";
     timed_out = true;
-    if (!co_await s.wait_readable(Deadline::after(5s))) co_return "no wake when bytes arrived";
+    if (!co_await IdleWait{s, Deadline::after(5s)}) co_return "no wake when bytes arrived";
     char buf[16];
     IoResult r = co_await s.read_some(buf, Deadline::after(1s));
     if (r.ec) co_return "read: " + r.ec.message();
