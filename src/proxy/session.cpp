@@ -51,8 +51,7 @@ struct Peer {
   }
 };
 
-// Names the connection's task in /debug/tasks ("listener ip:port"). Not in the coroutine:
-// its temporaries would take room in the connection's frame for the connection's life.
+// Names the connection's task in /debug/tasks ("listener ip:port").
 void label_connection(const std::string& listener, const Peer& who) {
   exec::label_current_task({exec::TaskKind::kConnection, listener + " " + who.address});
 }
@@ -213,7 +212,7 @@ void pass_client_subject(http::RequestHead& req, const std::string& header, cons
 // One request, from its parsed head (or failed read) to the access log; returns whether
 // the connection may serve another. A coroutine of its own so that the per-request state
 // (RequestContext, the error reply, handle_request's frame) exists only while a request
-// is in flight: an idle keep-alive connection keeps just serve_connection's small frame.
+// is in flight: an idle keep-alive connection keeps none of it (Connection, below).
 // `lsnap`/`lcfg` are the connection's listener snapshot, moved to the newest one that
 // still has the listener.
 exec::Task<bool> serve_request(Gateway& gw, ListenerState& ls, const http::HeadRead& hr, io::Stream& client,
