@@ -15,7 +15,8 @@
 //   ~Body()                         the task ends: after a burst or wait said so, or when it
 //                                   is cancelled (drain, runtime shutdown), idle or in a
 //                                   burst (whose frame is destroyed first).
-// The first poll starts a burst. An exception out of a burst ends the task.
+// The first poll starts a burst. An exception out of a burst, or out of starting a burst
+// or a wait, ends the task.
 //
 // The wait between bursts is an ordinary exec wait: idle()'s Waker holds a task reference
 // and a generation like a coroutine's, so a timer, the I/O driver or another task completes
@@ -52,25 +53,24 @@ struct BurstTask final : CoroTaskBase {
   // Until the task waits or ends: starts a burst when none runs (the first poll, or the
   // wait between bursts completed), resumes it, and when it is over arms the next wait.
   // False: the task ends.
-  bool step() {
-    if (!burst.valid()) {
-      // Generation 0: no wait was ever armed, so this is the first poll.
-      const bool first = (wait_token.load(std::memory_order_relaxed) >> 2) == 0;
-      if (!first && !body.woken(wait_result)) return false;
-      burst = body.burst();
-      leaf = burst.handle();
-    }
-    leaf.resume();
-    if (!burst.done()) return true;  // suspended in the burst, or yielding
-    bool again = false;
+  bool step() noexcept {
     try {
-      again = burst.handle().promise().take();
+      if (!burst.valid()) {
+        // Generation 0: no wait was ever armed, so this is the first poll.
+        const bool first = (wait_token.load(std::memory_order_relaxed) >> 2) == 0;
+        if (!first && !body.woken(wait_result)) return false;
+        burst = body.burst();
+        leaf = burst.handle();
+      }
+      leaf.resume();
+      if (!burst.done()) return true;  // suspended in the burst, or yielding
+      const bool again = burst.handle().promise().take();
+      burst.reset();
+      if (again) body.idle(arm_wait_of(this, {}));
+      return again;
     } catch (...) {
-      again = false;
+      return false;  // thrown out of the burst, or out of starting one or a wait (memory)
     }
-    burst.reset();
-    if (again) body.idle(arm_wait_of(this, {}));
-    return again;
   }
 
   // Destroys the burst (its frame refers to the body), then the body, with this task

@@ -57,6 +57,11 @@ class Stream {
                          tls_ != nullptr && tls_->has_buffered()};
   }
 
+  // Gives back what TLS keeps only for a request in progress (TlsLayer::release_idle_buffers).
+  void release_idle_buffers() {
+    if (tls_) tls_->release_idle_buffers();
+  }
+
   // Arms `wait` to complete `w` once this stream is readable (at once when TLS holds
   // plaintext or ciphertext already) or at `dl`: an idle connection's wait between bursts.
   void wait_readable(ReadableWait& wait, const Deadline& dl, exec::Waker w) {

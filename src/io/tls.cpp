@@ -115,6 +115,17 @@ void TlsLayer::take_output_locked() {
   out_.resize(at + static_cast<std::size_t>(std::max(got, 0)));
 }
 
+void TlsLayer::release_idle_buffers() {
+  scratch_.reset();
+  std::string().swap(out_);
+  std::string().swap(stage_);
+}
+
+std::size_t TlsLayer::idle_releasable_bytes() const {
+  auto heap = [](const std::string& s) { return s.capacity() > std::string().capacity() ? s.capacity() : 0; };
+  return (scratch_ ? kScratch : 0) + heap(out_) + heap(stage_);
+}
+
 void TlsLayer::shed_buffers_locked() {
   // A memory BIO keeps the largest buffer it ever held; an empty one is swapped for a
   // fresh one so that an idle connection does not keep its handshake's or its biggest

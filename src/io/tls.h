@@ -108,6 +108,12 @@ class TlsLayer {
   // Sends close_notify if the socket takes it at once (never waits).
   void close_notify(TcpStream& sock);
 
+  // The connection goes idle: gives back the buffers only a request in progress needs
+  // (the scratch, the write buffers), as the plain path holds none while idle.
+  void release_idle_buffers();
+  // What those buffers hold now, in bytes of capacity (the task that owns the stream).
+  std::size_t idle_releasable_bytes() const;
+
   TlsSummary summary() const;
   // Whether the handshake resumed an earlier session.
   bool resumed() const { return SSL_session_reused(ssl_) == 1; }

@@ -307,7 +307,10 @@ class Connection {
     return serve_requests(gw(), *ls_, entry_, client_, who_, io::Deadline::after(lcfg_->idle_timeout), false,
                           lsnap_, lcfg_);
   }
-  void idle(exec::Waker w) { client_.wait_readable(wait_, io::Deadline::after(lcfg_->idle_timeout), std::move(w)); }
+  void idle(exec::Waker w) {
+    client_.release_idle_buffers();
+    client_.wait_readable(wait_, io::Deadline::after(lcfg_->idle_timeout), std::move(w));
+  }
   bool woken(const exec::WaitResult& r) { return wait_.finish(r); }
 
  private:

@@ -86,6 +86,41 @@ TEST_P(Tls, BytesOfEverySizeCrossBothWays) {
   EXPECT_EQ(p.stream.tls()->summary().version, "TLSv1.3");
 }
 
+// An idle connection gives back the write buffers and the read scratch (what a keep-alive
+// connection does between requests), and the stream works on afterwards.
+TEST_P(Tls, BuffersOfARequestInProgressAreGivenBackWhenIdle) {
+  SG_DRIVER_RUNTIME(rt, sg::testing::workers(1));
+  TestTls tls;
+  Pair p = make_pair(rt);
+  std::thread client([&] {
+    TlsClient c(tls.client(), p.peer);
+    if (!c.handshake()) return;
+    for (int round = 0; round < 2; ++round) {
+      if (!c.write("ping")) return;
+      if (c.read(3000) != pattern(3000, round)) return;
+    }
+    c.close_notify();
+  });
+  auto h = rt.spawn([&]() -> exec::Task<std::string> {
+    if (auto ec = co_await p.stream.accept_tls(tls.server(), nullptr, Deadline::after(10s))) co_return "handshake: " + ec.message();
+    std::string log;
+    for (int round = 0; round < 2; ++round) {
+      char small[16];  // below the size TLS reads ciphertext into: the read goes through the scratch
+      IoResult r = co_await p.stream.read_some(small, Deadline::after(10s));
+      if (r.ec || std::string_view(small, r.n) != "ping") co_return "read failed";
+      const std::string body = pattern(3000, round);
+      const std::string_view pieces[] = {std::string_view(body).substr(0, 100), std::string_view(body).substr(100)};
+      if (auto ec = co_await p.stream.write_all(pieces, Deadline::after(10s))) co_return "write: " + ec.message();
+      log += std::to_string(p.stream.tls()->idle_releasable_bytes() > 0) + " ";
+      p.stream.release_idle_buffers();
+      log += std::to_string(p.stream.tls()->idle_releasable_bytes()) + " ";
+    }
+    co_return log;
+  });
+  EXPECT_EQ(h.wait(), "1 0 1 0 ");
+  client.join();
+}
+
 TEST_P(Tls, ACloseNotifyIsAPeerCloseAndPlaintextIsNot) {
   SG_DRIVER_RUNTIME(rt, sg::testing::workers(1));
   TestTls tls;
