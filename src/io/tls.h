@@ -109,10 +109,11 @@ class TlsLayer {
   void close_notify(TcpStream& sock);
 
   // The connection goes idle: gives back the buffers only a request in progress needs
-  // (the scratch, the write buffers), as the plain path holds none while idle.
+  // (the scratch, the write buffers, the ciphertext buffers when empty), as the plain path
+  // holds none while idle.
   void release_idle_buffers();
   // What those buffers hold now, in bytes of capacity (the task that owns the stream).
-  std::size_t idle_releasable_bytes() const;
+  std::size_t idle_releasable_bytes();
 
   TlsSummary summary() const;
   // Whether the handshake resumed an earlier session.
@@ -127,10 +128,11 @@ class TlsLayer {
   explicit TlsLayer(SSL* ssl);
   // Offers `slot`'s session on `ssl` and has `ssl` keep its new sessions there.
   static void attach_slot(SSL* ssl, std::shared_ptr<TlsSessionSlot> slot);
+  friend struct TransportBio;  // tls.cpp: OpenSSL's side of cipher_in_ and cipher_out_
   // Moves what OpenSSL wrote into out_ (mu_ held).
   void take_output_locked();
-  // Replaces empty memory BIOs that grew big (mu_ held).
-  void shed_buffers_locked();
+  // Gives back the ciphertext buffers when they are empty and bigger than `keep` (mu_ held).
+  void shed_buffers_locked(std::size_t keep);
   // Feeds ciphertext to OpenSSL.
   void feed(std::span<const char> bytes);
   // Scratch for ciphertext when the caller's buffer is small.
@@ -139,9 +141,13 @@ class TlsLayer {
 
   std::mutex mu_;
   SSL* ssl_ = nullptr;
-  BIO* in_ = nullptr;   // network -> OpenSSL
-  BIO* out_bio_ = nullptr;  // OpenSSL -> network
-  std::string out_;     // ciphertext taken from out_bio_, being written (the writer's)
+  // The session's transport (a BIO of ours, TransportBio): ciphertext from the network not
+  // yet read by OpenSSL (from cipher_in_pos_ on), and ciphertext OpenSSL wrote, not yet
+  // taken for the network. Under mu_.
+  std::string cipher_in_;
+  std::size_t cipher_in_pos_ = 0;
+  std::string cipher_out_;
+  std::string out_;     // ciphertext taken from cipher_out_, being written (the writer's)
   std::string stage_;   // small plaintext pieces gathered into one record
   std::unique_ptr<char[]> scratch_;
   std::string reason_;
