@@ -21,7 +21,7 @@
 // The wait between bursts is an ordinary exec wait: idle()'s Waker holds a task reference
 // and a generation like a coroutine's, so a timer, the I/O driver or another task completes
 // it the usual way, and a completion meant for an earlier wait (an older generation) only
-// drops its reference. The state word's transitions are CoroTask's (exec/task.h).
+// drops its reference. Scheduled like a CoroTask (CoroutineTaskVTable, exec/coro.h).
 #pragma once
 
 #include <new>
@@ -36,11 +36,11 @@ template <class Body>
 struct BurstTask final : CoroTaskBase {
   template <class... A>
   explicit BurstTask(Scheduler* s, A&&... args)
-      : CoroTaskBase(&kVTable, s, task_state::kNotified + task_state::kRefOne) {
+      : CoroTaskBase(&CoroutineTaskVTable<BurstTask>::kVTable, s, task_state::kNotified + task_state::kRefOne) {
     is_coroutine = 1;
     new (&body) Body(std::forward<A>(args)...);
   }
-  ~BurstTask() {}  // body is destroyed when the task ends (end()), not with the memory
+  ~BurstTask() {}  // body is destroyed when the task ends (finish()), not with the memory
 
   static void* operator new(std::size_t n) { return task_alloc(n); }
   static void operator delete(void* p, std::size_t n) noexcept { task_free(p, n); }
@@ -50,10 +50,10 @@ struct BurstTask final : CoroTaskBase {
     Body body;  // alive from construction until the task ends
   };
 
-  // Until the task waits or ends: starts a burst when none runs (the first poll, or the
-  // wait between bursts completed), resumes it, and when it is over arms the next wait.
-  // False: the task ends.
-  bool step() noexcept {
+  // (CoroutineTaskVTable's contract.) Runs until the task waits or ends: starts a burst
+  // when none runs (the first poll, or the wait between bursts completed), resumes it, and
+  // when it is over arms the next wait. False: the task ends.
+  bool run() noexcept {
     try {
       if (!burst.valid()) {
         // Generation 0: no wait was ever armed, so this is the first poll.
@@ -72,10 +72,10 @@ struct BurstTask final : CoroTaskBase {
       return false;  // thrown out of the burst, or out of starting one or a wait (memory)
     }
   }
-
   // Destroys the burst (its frame refers to the body), then the body, with this task
-  // current (their destructors cancel waits), and completes the task.
-  void end() noexcept {
+  // current (their destructors cancel waits), and completes the task: after the task said
+  // it ends, or on cancellation.
+  void finish() noexcept {
     ThreadContext& c = tl_ctx;
     CoroTaskBase* saved = c.current;
     c.current = this;
@@ -84,49 +84,7 @@ struct BurstTask final : CoroTaskBase {
     c.current = saved;
     complete_task(this);
   }
-
-  static void poll(TaskHeader* h) noexcept {
-    using namespace task_state;
-    auto* self = static_cast<BurstTask*>(h);
-    const uint32_t prev = h->state.fetch_xor(kNotified | kRunning, std::memory_order_acq_rel);
-    if (prev & kCancelled) {
-      self->end();
-      return;
-    }
-    // ARMED or COMPLETING: a spurious poll (see exec/coro.h); the wait's completer wakes us.
-    const uint64_t token = self->wait_token.load(std::memory_order_acquire);
-    if ((token & wait_phase::kMask) == wait_phase::kIdle) {
-      ThreadContext& c = tl_ctx;
-      CoroTaskBase* saved = c.current;
-      c.current = self;
-      c.yield_requested = false;
-      const bool go_on = self->step();
-      c.current = saved;
-      if (!go_on) {
-        self->end();
-        return;
-      }
-      if (std::exchange(c.yield_requested, false)) {
-        requeue_yielded(h);
-        return;
-      }
-    }
-    end_poll(h);
-  }
-
-  static void shutdown(TaskHeader* h) noexcept {
-    h->state.fetch_xor(task_state::kNotified | task_state::kRunning, std::memory_order_acq_rel);
-    static_cast<BurstTask*>(h)->end();
-  }
-
-  static void dealloc(TaskHeader* h) noexcept {
-    Scheduler* s = h->scheduler;
-    if (h->diag != nullptr) release_task_diag(h);
-    delete static_cast<BurstTask*>(h);
-    note_task_freed(s);
-  }
-
-  static constexpr TaskVTable kVTable{&poll, &shutdown, &dealloc};
+  void drop() noexcept { finish(); }
 };
 
 // Spawns a detached BurstTask running a Body made from `args` (constructed here, on the

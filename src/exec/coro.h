@@ -338,28 +338,78 @@ struct is_task<Task<T>> : std::true_type {};
 template <class X>
 inline constexpr bool is_task_v = detail::is_task<std::remove_cvref_t<X>>::value;
 
-// The end of a coroutine task's poll that left it suspended (CoroTask, BurstTask):
-// requeue_yielded() after it yielded (to the back of the queue: RUNNING -> NOTIFIED),
-// end_poll() otherwise (RUNNING cleared; requeued if it was woken while it ran).
-inline void requeue_yielded(TaskHeader* h) noexcept {
-  using namespace task_state;
-  uint32_t s = h->state.load(std::memory_order_relaxed);
-  while (!h->state.compare_exchange_weak(s, (s & ~kRunning) | kNotified, std::memory_order_acq_rel,
-                                         std::memory_order_relaxed)) {
+// The scheduling of a task that runs coroutines and waits with Wakers (CoroTask,
+// BurstTask: exec/burst_task.h). T provides
+//   bool run() noexcept     resumes its work with the task current; false: it finished
+//   void finish() noexcept  it finished: publishes its output, releases what it holds and
+//                           completes the task
+//   void drop() noexcept    it is cancelled or the runtime shuts down: drops its work
+//                           (destructors run with the task current) and completes the task
+template <class T>
+struct CoroutineTaskVTable {
+  static void poll(TaskHeader* h) noexcept {
+    using namespace task_state;
+    auto* self = static_cast<T*>(h);
+    const uint32_t prev = h->state.fetch_xor(kNotified | kRunning, std::memory_order_acq_rel);
+    if (prev & kCancelled) {
+      self->drop();
+      return;
+    }
+    // ARMED or COMPLETING: a spurious poll (see the wait token above); the wait's
+    // completer wakes the task again.
+    const uint64_t token = self->wait_token.load(std::memory_order_acquire);
+    if ((token & wait_phase::kMask) == wait_phase::kIdle) {
+      ThreadContext& c = tl_ctx;
+      CoroTaskBase* saved = c.current;
+      c.current = self;
+      c.yield_requested = false;
+      const bool suspended = self->run();
+      c.current = saved;
+      if (!suspended) {
+        self->finish();
+        return;
+      }
+      if (std::exchange(c.yield_requested, false)) {
+        // A yield goes to the back of the queue: RUNNING -> NOTIFIED, then requeued.
+        uint32_t s = h->state.load(std::memory_order_relaxed);
+        while (!h->state.compare_exchange_weak(s, (s & ~kRunning) | kNotified, std::memory_order_acq_rel,
+                                               std::memory_order_relaxed)) {
+        }
+        schedule_task(h, ScheduleKind::kYield);
+        return;
+      }
+    }
+    release_running(h);
   }
-  schedule_task(h, ScheduleKind::kYield);
-}
-inline void end_poll(TaskHeader* h) noexcept {
-  const uint32_t prev = h->state.fetch_and(~task_state::kRunning, std::memory_order_acq_rel);
-  if (prev & task_state::kNotified) schedule_task(h, ScheduleKind::kYield);  // woken while running
-}
+
+  static void shutdown(TaskHeader* h) noexcept {
+    h->state.fetch_xor(task_state::kNotified | task_state::kRunning, std::memory_order_acq_rel);
+    static_cast<T*>(h)->drop();
+  }
+
+  static void dealloc(TaskHeader* h) noexcept {
+    Scheduler* s = h->scheduler;
+    if (h->diag != nullptr) release_task_diag(h);
+    delete static_cast<T*>(h);
+    note_task_freed(s);
+  }
+
+  static constexpr TaskVTable kVTable{&poll, &shutdown, &dealloc};
+
+ private:
+  // RUNNING cleared; requeued if the task was woken while it ran.
+  static void release_running(TaskHeader* h) noexcept {
+    const uint32_t prev = h->state.fetch_and(~task_state::kRunning, std::memory_order_acq_rel);
+    if (prev & task_state::kNotified) schedule_task(h, ScheduleKind::kYield);
+  }
+};
 
 // A spawned root coroutine. F is the callable that produced the Task (kept alive for the
 // task's lifetime so that lambda captures outlive the coroutine that refers to them).
 template <class T, class F>
 struct CoroTask final : CoroTaskBase {
   CoroTask(Scheduler* s, F&& f, bool with_handle)
-      : CoroTaskBase(&kVTable, s,
+      : CoroTaskBase(&CoroutineTaskVTable<CoroTask>::kVTable, s,
                      task_state::kNotified + task_state::kRefOne +
                          (with_handle ? task_state::kJoinInterest + task_state::kRefOne : 0)),
         fn(keep_fn(f)),
@@ -411,7 +461,18 @@ struct CoroTask final : CoroTaskBase {
     }
   }
 
-  void drop_future() noexcept {
+  // (CoroutineTaskVTable's contract.)
+  bool run() noexcept {
+    leaf.resume();
+    return !root.done();
+  }
+  void finish() noexcept {
+    finish_output();
+    root.reset();
+    fn.reset();
+    complete_task(this);
+  }
+  void drop() noexcept {
     // Destroying the frame runs the destructors of everything suspended in it; awaiters
     // deregister themselves and I/O objects cancel their pending operations.
     ThreadContext& c = tl_ctx;
@@ -420,55 +481,8 @@ struct CoroTask final : CoroTaskBase {
     root.reset();
     fn.reset();
     c.current = saved;
+    complete_task(this);
   }
-
-  static void poll(TaskHeader* h) noexcept {
-    using namespace task_state;
-    auto* self = static_cast<CoroTask*>(h);
-    const uint32_t prev = h->state.fetch_xor(kNotified | kRunning, std::memory_order_acq_rel);
-    if (prev & kCancelled) {
-      self->drop_future();
-      complete_task(self);
-      return;
-    }
-    uint64_t token = self->wait_token.load(std::memory_order_acquire);
-    if ((token & wait_phase::kMask) == wait_phase::kIdle) {
-      ThreadContext& c = tl_ctx;
-      CoroTaskBase* saved = c.current;
-      c.current = self;
-      c.yield_requested = false;
-      self->leaf.resume();
-      c.current = saved;
-      if (self->root.done()) {
-        self->finish_output();
-        self->root.reset();
-        self->fn.reset();
-        complete_task(self);
-        return;
-      }
-      if (std::exchange(c.yield_requested, false)) {
-        requeue_yielded(h);
-        return;
-      }
-    }
-    end_poll(h);
-  }
-
-  static void shutdown(TaskHeader* h) noexcept {
-    auto* self = static_cast<CoroTask*>(h);
-    h->state.fetch_xor(task_state::kNotified | task_state::kRunning, std::memory_order_acq_rel);
-    self->drop_future();
-    complete_task(self);
-  }
-
-  static void dealloc(TaskHeader* h) noexcept {
-    Scheduler* s = h->scheduler;
-    if (h->diag != nullptr) release_task_diag(h);
-    delete static_cast<CoroTask*>(h);
-    note_task_freed(s);
-  }
-
-  static constexpr TaskVTable kVTable{&poll, &shutdown, &dealloc};
 };
 
 }  // namespace sg::exec

@@ -118,11 +118,7 @@ struct TransportBio {
     }
     const std::size_t n = std::min(avail, len);
     std::memcpy(buf, t.cipher_in_.data() + t.cipher_in_pos_, n);
-    t.cipher_in_pos_ += n;
-    if (t.cipher_in_pos_ == t.cipher_in_.size()) {
-      t.cipher_in_.clear();
-      t.cipher_in_pos_ = 0;
-    }
+    t.cipher_in_pos_ += n;  // (feed() drops what was read)
     *done = n;
     return 1;
   }

@@ -154,51 +154,13 @@ struct ReadyAwaiter {
 
 inline ReadyAwaiter wait_ready(Socket& sock, Interest what, Deadline dl) { return ReadyAwaiter{sock, what, dl}; }
 
-// Waits until `a` or `b` (when given) is readable, or the deadline passes. Yields 0 or 1
-// for which socket became ready, or an error (errc::timed_out at the deadline). `a`'s wait
-// is its receive (ReceiveWait: on io_uring the bytes are then in the socket, for the read
-// that follows); `b`'s only looks (a poll), so nothing of `b` is consumed.
-struct EitherReadable {
-  int which = -1;
-  std::error_code ec;
-};
-
-struct EitherAwaiter {
-  Socket& a;
-  Socket* b;  // nullptr: wait for `a` alone
-  Deadline deadline;
-  bool ready_now = false;  // `a` is readable already (plaintext held by TLS): no wait
-  exec::TimerEntry timer{};
-  ReceiveWait wait_a{};
-  ReadyWait wait_b{};
-
-  bool await_ready() const noexcept { return ready_now; }
-  void await_suspend(std::coroutine_handle<> h) {
-    exec::Waker w = exec::arm_wait(h);
-    if (deadline.is_set()) arm_deadline(timer, deadline, w.clone());
-    if (b != nullptr) wait_b.start(*b, Interest::kRead, w.clone(), kTagReady + 2);
-    wait_a.start(a, std::move(w), kTagReady);
-  }
-  EitherReadable await_resume() {
-    if (ready_now) return {0, {}};
-    const exec::WaitResult r = exec::last_wait_result();
-    timer.cancel();
-    wait_a.stop();
-    wait_b.cancel();
-    if (r.value == kTagTimer) {
-      return {-1, r.code == 0 ? std::make_error_code(std::errc::timed_out) : r.ec()};
-    }
-    if (r.code != 0) return {-1, r.ec()};
-    return {r.value == kTagReady ? 0 : 1, {}};
-  }
-};
-
-// The wait of an idle keep-alive connection, armed with a Waker rather than awaited: it
-// lives in the connection's task between bursts (exec/burst_task.h), where no coroutine
-// frame is. start() completes `w` with kTagReady once `sock` is readable (its receive, as
-// EitherAwaiter's `a`: data, EOF or an error to read), or with kTagTimer at the deadline.
-// finish() stops what lost the race and says whether the socket became readable; stop()
-// (and the destructor) stops both.
+// A readable wait with a deadline, armed with a given Waker: start() completes `w` with
+// kTagReady once `sock` is readable (its receive: data, EOF or an error to read, which the
+// socket keeps for the next read), or with kTagTimer at the deadline. finish() stops what
+// lost the race and says whether the socket became readable; stop() (and the destructor)
+// stops both. EitherAwaiter's wait for its first socket, and the wait of an idle keep-alive
+// connection, which lives in its task between bursts (exec/burst_task.h), where no
+// coroutine frame is.
 class ReadableWait {
  public:
   ReadableWait() = default;
@@ -222,6 +184,42 @@ class ReadableWait {
  private:
   exec::TimerEntry timer_;
   ReceiveWait wait_;
+};
+
+// Waits until `a` or `b` (when given) is readable, or the deadline passes. Yields 0 or 1
+// for which socket became ready, or an error (errc::timed_out at the deadline). `a`'s wait
+// is its receive (ReceiveWait: on io_uring the bytes are then in the socket, for the read
+// that follows); `b`'s only looks (a poll), so nothing of `b` is consumed.
+struct EitherReadable {
+  int which = -1;
+  std::error_code ec;
+};
+
+struct EitherAwaiter {
+  Socket& a;
+  Socket* b;  // nullptr: wait for `a` alone
+  Deadline deadline;
+  bool ready_now = false;  // `a` is readable already (plaintext held by TLS): no wait
+  ReadableWait wait_a{};    // with the deadline
+  ReadyWait wait_b{};
+
+  bool await_ready() const noexcept { return ready_now; }
+  void await_suspend(std::coroutine_handle<> h) {
+    exec::Waker w = exec::arm_wait(h);
+    if (b != nullptr) wait_b.start(*b, Interest::kRead, w.clone(), kTagReady + 2);
+    wait_a.start(a, deadline, std::move(w));
+  }
+  EitherReadable await_resume() {
+    if (ready_now) return {0, {}};
+    const exec::WaitResult r = exec::last_wait_result();
+    wait_a.stop();
+    wait_b.cancel();
+    if (r.value == kTagTimer) {
+      return {-1, r.code == 0 ? std::make_error_code(std::errc::timed_out) : r.ec()};
+    }
+    if (r.code != 0) return {-1, r.ec()};
+    return {r.value == kTagReady ? 0 : 1, {}};
+  }
 };
 
 // A deadline as an exec::WaitTimeout (bounds a Semaphore wait).

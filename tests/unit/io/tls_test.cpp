@@ -86,8 +86,9 @@ TEST_P(Tls, BytesOfEverySizeCrossBothWays) {
   EXPECT_EQ(p.stream.tls()->summary().version, "TLSv1.3");
 }
 
-// An idle connection gives back the write buffers and the read scratch (what a keep-alive
-// connection does between requests), and the stream works on afterwards.
+// An idle connection gives back the write buffers, the read scratch and the ciphertext
+// buffers (what a keep-alive connection does between requests), and the stream works on
+// afterwards.
 TEST_P(Tls, BuffersOfARequestInProgressAreGivenBackWhenIdle) {
   SG_DRIVER_RUNTIME(rt, sg::testing::workers(1));
   TestTls tls;
