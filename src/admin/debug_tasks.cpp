@@ -146,6 +146,7 @@ void workers(Json& j, const exec::RuntimeStats& st, const std::vector<double>& s
     j.key("parks").num(c.parks).key("overflows").num(c.overflows).key("lifo_hits").num(c.lifo_hits);
     j.key("injected_polls").num(c.remote_polled).key("forced_yields").num(c.forced_yields);
     j.key("driver_polls").num(c.driver_polls).key("long_polls").num(c.long_polls);
+    j.key("memory_reclaims").num(c.memory_reclaims).key("memory_reclaimed_bytes").num(c.memory_reclaimed_bytes);
     j.close('}');
   }
   j.close(']');

@@ -72,7 +72,13 @@ const Table<RuntimeSection>& runtime_table() {
                    "`stealgate_executor_long_polls_total{worker}` and logged, at most once a second per worker, with "
                    "the task's kind and name: `long poll: 23.4 ms on worker 1 by admin task 17 \"admin client\" (0 more "
                    "long polls not logged)`",
-                   Duration{1})}};
+                   Duration{1}),
+       F::duration("idle_memory_reclaim", &R::idle_memory_reclaim,
+                   "a worker that has had no work for this long gives back the memory it keeps for the next "
+                   "requests (free task and coroutine-frame slabs, read buffers, parsers) and malloc returns its free "
+                   "pages to the system, so the resident size falls back after a spike of connections; `0` never. "
+                   "Counted in `stealgate_executor_memory_reclaims_total{worker}` and "
+                   "`stealgate_executor_memory_reclaimed_bytes_total{worker}`")}};
   return t;
 }
 

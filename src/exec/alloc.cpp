@@ -1,5 +1,6 @@
 #include "exec/alloc.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -33,6 +34,8 @@ struct FreeBlock {
 
 struct alignas(64) ThreadCache {
   FreeBlock* local[kAllocClasses] = {};
+  // The slabs carved for each class, for trim (owner only).
+  std::vector<char*> slabs[kAllocClasses];
   // Written by other threads: kept on its own cache lines.
   alignas(64) std::atomic<FreeBlock*> remote[kAllocClasses] = {};
 };
@@ -104,12 +107,16 @@ void* unpooled(std::size_t user_bytes, uint64_t cls) {
   return h + 1;
 }
 
+constexpr std::size_t slab_blocks(std::size_t c) { return std::max<std::size_t>(8, kAllocSlabBytes / block_bytes(c)); }
+
 // Carves a fresh slab into blocks of class c: returns one, pools the rest.
 void* carve_slab(ThreadCache* tc, std::size_t c) {
   const std::size_t bb = block_bytes(c);
-  const std::size_t n = std::max<std::size_t>(8, kAllocSlabBytes / bb);
+  const std::size_t n = slab_blocks(c);
+  tc->slabs[c].reserve(tc->slabs[c].size() + 1);  // before the malloc: a throw leaks nothing
   auto* slab = static_cast<char*>(std::malloc(n * bb));
   if (slab == nullptr) throw std::bad_alloc();
+  tc->slabs[c].push_back(slab);
   for (std::size_t i = 0; i < n; ++i) {
     auto* h = reinterpret_cast<BlockHeader*>(slab + i * bb);
     h->owner = tc;
@@ -122,7 +129,69 @@ void* carve_slab(ThreadCache* tc, std::size_t c) {
   return reinterpret_cast<BlockHeader*>(slab) + 1;
 }
 
+// Releases the slabs of class c whose blocks are all free (see the trim invariant in
+// alloc.h); returns their bytes. Every free block of the class is first gathered on the
+// local list, so an exception (the count vector) leaves the cache consistent.
+std::size_t trim_class(ThreadCache* tc, std::size_t c) {
+  std::vector<char*>& slabs = tc->slabs[c];
+  if (slabs.empty()) return 0;
+  if (FreeBlock* remote = tc->remote[c].exchange(nullptr, std::memory_order_acquire)) {
+    FreeBlock* tail = remote;
+    while (tail->next != nullptr) tail = tail->next;
+    tail->next = tc->local[c];
+    tc->local[c] = remote;
+  }
+  if (tc->local[c] == nullptr) return 0;
+  const std::size_t n = slab_blocks(c);
+  const std::size_t slab_bytes = n * block_bytes(c);
+  std::sort(slabs.begin(), slabs.end());
+  std::vector<uint32_t> free_blocks(slabs.size(), 0);
+  // The slab holding block b: the last one starting at or before its header.
+  auto slab_of = [&](FreeBlock* b) -> std::size_t {
+    const char* h = reinterpret_cast<const char*>(b) - sizeof(BlockHeader);
+    return static_cast<std::size_t>(std::upper_bound(slabs.begin(), slabs.end(), h) - slabs.begin()) - 1;
+  };
+  for (FreeBlock* b = tc->local[c]; b != nullptr; b = b->next) ++free_blocks[slab_of(b)];
+  if (std::find(free_blocks.begin(), free_blocks.end(), n) == free_blocks.end()) return 0;
+  // Unlink the blocks of wholly free slabs, keeping the others in their order.
+  for (FreeBlock** link = &tc->local[c]; *link != nullptr;) {
+    if (free_blocks[slab_of(*link)] == n) *link = (*link)->next;
+    else link = &(*link)->next;
+  }
+  std::size_t released = 0, kept = 0;
+  for (std::size_t i = 0; i < slabs.size(); ++i) {
+    if (free_blocks[i] == n) {
+      std::free(slabs[i]);
+      released += slab_bytes;
+    } else {
+      slabs[kept++] = slabs[i];
+    }
+  }
+  slabs.resize(kept);
+  return released;
+}
+
 }  // namespace
+
+std::size_t task_cache_trim() noexcept {
+  ThreadCache* tc = tl_cache;
+  if (tc == nullptr) return 0;
+  std::size_t released = 0;
+  try {
+    for (std::size_t c = 0; c < kAllocClasses; ++c) released += trim_class(tc, c);
+  } catch (const std::bad_alloc&) {
+    // Out of memory for the count: what was released so far stays released.
+  }
+  return released;
+}
+
+std::size_t task_cache_slab_bytes() noexcept {
+  ThreadCache* tc = tl_cache;
+  if (tc == nullptr) return 0;
+  std::size_t total = 0;
+  for (std::size_t c = 0; c < kAllocClasses; ++c) total += tc->slabs[c].size() * slab_blocks(c) * block_bytes(c);
+  return total;
+}
 
 void* task_alloc(std::size_t bytes) {
   std::size_t c = class_of(bytes);

@@ -52,6 +52,11 @@ inline constexpr std::chrono::nanoseconds kTargetGlobalQueueIntervalTime{200'000
 inline constexpr uint32_t kMinGlobalQueueInterval = 2;
 inline constexpr uint32_t kMaxGlobalQueueInterval = 127;
 
+// A worker idle this long gives back cached memory (reclaim.h). Long enough that a worker
+// between the requests of a steady trickle keeps its caches warm; short enough that the
+// memory of a spike is back before anyone looks at a dashboard.
+inline constexpr std::chrono::milliseconds kDefaultIdleMemoryReclaim{1'000};
+
 // A poll this long is counted and reported as a long poll: something blocks a worker.
 // Tokio's guidance is 10-100 us between awaits; 10 ms is far past anything the gateway's
 // own tasks do, so a report means real blocking work (a slow DNS call, a huge config).
@@ -91,6 +96,9 @@ struct RuntimeConfig {
   std::chrono::nanoseconds long_poll_threshold = kDefaultLongPollThreshold;
   // Called on the worker, at most once a second per worker, for a long poll.
   LongPollHook on_long_poll = nullptr;
+  // A worker parked this long after running tasks reclaims idle memory (reclaim.h); 0:
+  // never.
+  std::chrono::milliseconds idle_memory_reclaim = kDefaultIdleMemoryReclaim;
 };
 
 // CPUs this process may run on: sched_getaffinity, further capped by a cgroup v2

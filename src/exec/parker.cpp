@@ -16,19 +16,19 @@ struct DriverScope {
 
 }  // namespace
 
-bool Parker::park(uint32_t max_events) {
+bool Parker::park(uint32_t max_events, std::optional<std::chrono::milliseconds> limit) {
   uint32_t expected = kNotified;
   if (state_.compare_exchange_strong(expected, kEmpty, std::memory_order_seq_cst)) return false;
   if (driver_->lock.try_lock()) {
-    park_driver(max_events);
+    park_driver(max_events, limit);
     driver_->lock.unlock();
     return true;
   }
-  park_condvar();
+  park_condvar(limit);
   return false;
 }
 
-void Parker::park_condvar() {
+void Parker::park_condvar(std::optional<std::chrono::milliseconds> limit) {
   std::unique_lock lk(mu_);
   uint32_t expected = kEmpty;
   if (!state_.compare_exchange_strong(expected, kParkedCondvar, std::memory_order_seq_cst)) {
@@ -36,15 +36,22 @@ void Parker::park_condvar() {
     state_.exchange(kEmpty, std::memory_order_seq_cst);
     return;
   }
+  const auto deadline = std::chrono::steady_clock::now() + limit.value_or(std::chrono::milliseconds{0});
   for (;;) {
-    cv_.wait(lk);
+    if (!limit) {
+      cv_.wait(lk);
+    } else if (cv_.wait_until(lk, deadline) == std::cv_status::timeout) {
+      // Out of time: leave PARKED_CONDVAR, or consume a notification that raced us.
+      state_.exchange(kEmpty, std::memory_order_seq_cst);
+      return;
+    }
     expected = kNotified;
     if (state_.compare_exchange_strong(expected, kEmpty, std::memory_order_seq_cst)) return;
     // Spurious wake-up: keep waiting.
   }
 }
 
-void Parker::park_driver(uint32_t max_events) {
+void Parker::park_driver(uint32_t max_events, std::optional<std::chrono::milliseconds> limit) {
   uint32_t expected = kEmpty;
   if (!state_.compare_exchange_strong(expected, kParkedDriver, std::memory_order_seq_cst)) {
     state_.exchange(kEmpty, std::memory_order_seq_cst);
@@ -63,6 +70,7 @@ void Parker::park_driver(uint32_t max_events) {
       driver_->driver->poll(max_events - fired);
     } else {
       std::optional<std::chrono::milliseconds> timeout = timers.begin_park(now, driver_->timer_group);
+      if (limit && (!timeout || *limit < *timeout)) timeout = limit;
       uint32_t n = driver_->driver->park(max_events, timeout);
       timers.end_park(driver_->timer_group);
       if (n < max_events) timers.process(Clock::now(), max_events - n, driver_->timer_group);

@@ -14,9 +14,11 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 
 #include "exec/driver.h"
 
@@ -26,9 +28,10 @@ class Parker {
  public:
   explicit Parker(DriverSlot* driver) : driver_(driver) {}
 
-  // Sleeps until unpark(), or, when this thread wins the driver, until I/O is ready.
-  // Returns true when this thread drove the I/O driver.
-  bool park(uint32_t max_events);
+  // Sleeps until unpark(), or, when this thread wins the driver, until I/O is ready; in
+  // either case no longer than `limit` when one is given. Returns true when this thread
+  // drove the I/O driver.
+  bool park(uint32_t max_events, std::optional<std::chrono::milliseconds> limit = std::nullopt);
   // Polls the driver without blocking if no other thread holds it. True if it polled.
   bool poll_driver(uint32_t max_events);
   void unpark();
@@ -41,8 +44,8 @@ class Parker {
  private:
   static constexpr uint32_t kEmpty = 0, kParkedCondvar = 1, kParkedDriver = 2, kNotified = 3;
 
-  void park_condvar();
-  void park_driver(uint32_t max_events);
+  void park_condvar(std::optional<std::chrono::milliseconds> limit);
+  void park_driver(uint32_t max_events, std::optional<std::chrono::milliseconds> limit);
 
   std::atomic<uint32_t> state_{kEmpty};
   std::mutex mu_;

@@ -50,6 +50,8 @@ void PublishedWorkerStats::publish(const WorkerCounters& c) {
   local_queue_depth.store(c.local_queue_depth, r);
   global_queue_interval.store(c.global_queue_interval, r);
   long_polls.store(c.long_polls, r);
+  memory_reclaims.store(c.memory_reclaims, r);
+  memory_reclaimed_bytes.store(c.memory_reclaimed_bytes, r);
   sched_delay.publish(c.sched_delay);
   poll_time.publish(c.poll_time);
 }
@@ -74,6 +76,8 @@ WorkerCounters PublishedWorkerStats::load() const {
   c.local_queue_depth = local_queue_depth.load(r);
   c.global_queue_interval = global_queue_interval.load(r);
   c.long_polls = long_polls.load(r);
+  c.memory_reclaims = memory_reclaims.load(r);
+  c.memory_reclaimed_bytes = memory_reclaimed_bytes.load(r);
   sched_delay.load(c.sched_delay);
   poll_time.load(c.poll_time);
   return c;
@@ -98,6 +102,8 @@ WorkerCounters RuntimeStats::total() const {
     t.busy_ns += w.busy_ns;
     t.local_queue_depth += w.local_queue_depth;
     t.long_polls += w.long_polls;
+    t.memory_reclaims += w.memory_reclaims;
+    t.memory_reclaimed_bytes += w.memory_reclaimed_bytes;
     add_into(t.sched_delay, w.sched_delay);
     add_into(t.poll_time, w.poll_time);
   }

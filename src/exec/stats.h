@@ -54,6 +54,8 @@ struct WorkerCounters {
   uint64_t local_queue_depth = 0;  // gauge, at publication time
   uint64_t global_queue_interval = 0;  // gauge: current (possibly adaptive) interval
   uint64_t long_polls = 0;         // polls that took at least RuntimeConfig::long_poll_threshold
+  uint64_t memory_reclaims = 0;    // idle memory reclaims (reclaim.h)
+  uint64_t memory_reclaimed_bytes = 0;  // bytes they gave back to malloc
   DelayHistogram sched_delay;      // runnable -> polled, sampled
   DelayHistogram poll_time;        // every poll's duration
 };
@@ -71,7 +73,7 @@ struct alignas(64) PublishedWorkerStats {
   std::atomic<uint64_t> polls{0}, local_schedules{0}, remote_polled{0}, steals{0},
       steal_operations{0}, overflows{0}, lifo_hits{0}, lifo_capped{0}, priority_schedules{0}, forced_yields{0},
       parks{0}, unparks{0}, driver_polls{0}, busy_ns{0}, local_queue_depth{0},
-      global_queue_interval{0}, long_polls{0};
+      global_queue_interval{0}, long_polls{0}, memory_reclaims{0}, memory_reclaimed_bytes{0};
   PublishedHistogram sched_delay, poll_time;
 
   void publish(const WorkerCounters& c);

@@ -19,6 +19,12 @@
 
 namespace sg::exec {
 
+// Task kinds whose polls do not end a worker's quiet period (idle memory reclaim): the
+// periodic housekeeping that runs on an otherwise idle gateway.
+inline constexpr unsigned kBackgroundKinds = (1u << static_cast<unsigned>(TaskKind::kHealthCheck)) |
+                                             (1u << static_cast<unsigned>(TaskKind::kProbe)) |
+                                             (1u << static_cast<unsigned>(TaskKind::kMaintenance));
+
 class Scheduler;
 
 class Worker {
@@ -72,7 +78,11 @@ class Worker {
   void park();
   bool transition_to_parked();
   bool transition_from_parked();
-  void park_blocking();
+  void park_blocking(std::optional<std::chrono::milliseconds> limit);
+  // How long this park may last before the worker reclaims idle memory (nullopt: no
+  // reclaim due), and the reclaim itself once it is due.
+  std::optional<std::chrono::milliseconds> reclaim_limit() const;
+  void reclaim_if_idle();
   void maintenance_tick();
   void maintenance();
   bool should_notify_others() const;
@@ -145,6 +155,12 @@ class Worker {
   FastRand rand_;
   WorkerCounters counters_;
   uint64_t busy_since_ns_ = 0;
+  // Idle memory reclaim (reclaim.h): polls of background tasks (kBackgroundKinds), the
+  // other polls as of the last park and of the last reclaim, and when the quiet began.
+  uint64_t background_polls_ = 0;
+  uint64_t work_polls_at_park_ = 0;
+  uint64_t work_polls_at_reclaim_ = 0;
+  uint64_t quiet_since_ns_ = 0;
   uint64_t batch_started_ns_ = 0;
   uint64_t batch_polls_ = 0;
   double poll_time_ewma_ns_ = 0;

@@ -111,6 +111,14 @@ thread_local ParserCacheCleaner tl_parser_cleaner;
 
 }  // namespace
 
+std::size_t release_cached_parsers() noexcept {
+  ParserCache& c = tl_parsers;
+  std::size_t freed = c.n * sizeof(Parser);
+  for (std::size_t i = 0; i < c.n; ++i) delete c.free[i];
+  c.n = 0;
+  return freed;
+}
+
 ParserPtr acquire_parser(Parser::Mode mode, const ParserLimits& limits) {
   ParserCache& c = tl_parsers;
   if (c.n == 0) return ParserPtr(new Parser(mode, limits));

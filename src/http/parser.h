@@ -196,5 +196,8 @@ class Parser : private detail::ParserScalars {
 // keep-alive connection holds no parser while idle (it gives its parser back between
 // requests) and its next request still parses into warm, already-allocated memory.
 ParserPtr acquire_parser(Parser::Mode mode, const ParserLimits& limits);
+// Frees the parsers cached on the calling thread (an idle worker's reclaim); returns
+// their objects' bytes (not counting what their lists grew to).
+std::size_t release_cached_parsers() noexcept;
 
 }  // namespace sg::http

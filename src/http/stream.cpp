@@ -5,6 +5,8 @@
 #include <optional>
 #include <vector>
 
+#include "exec/reclaim.h"
+
 namespace sg::http {
 
 namespace {
@@ -40,6 +42,10 @@ class BufferCache {
     }
     delete[] p;
   }
+  // Frees every cached buffer (an idle worker's reclaim); returns their bytes.
+  std::size_t clear() noexcept {
+    return small_.clear(kInitialBuffer) + body_.clear(kBodyBuffer);
+  }
 
  private:
   struct Pool {
@@ -48,6 +54,12 @@ class BufferCache {
     Pool& operator=(const Pool&) = delete;
     ~Pool() {
       for (char* p : free) delete[] p;
+    }
+    std::size_t clear(std::size_t bytes) noexcept {
+      for (char* p : free) delete[] p;
+      std::size_t freed = free.size() * bytes;
+      free.clear();
+      return freed;
     }
     std::size_t keep;  // at most this many kept
     std::vector<char*> free;
@@ -68,6 +80,9 @@ class BufferCache {
 };
 
 thread_local BufferCache tl_buffers;
+// An idle worker frees this thread's cached read buffers and parsers (exec/reclaim.h).
+std::size_t reclaim_readers() noexcept { return tl_buffers.clear() + release_cached_parsers(); }
+const bool kReadersReclaimable = (exec::add_idle_reclaimer(&reclaim_readers), true);
 }  // namespace
 
 MessageReader::MessageReader(io::Stream& s, Parser::Mode mode, const ParserLimits& limits)

@@ -129,9 +129,17 @@ void executor_families(Families& fs, const exec::RuntimeStats& st) {
                                MetricType::Counter);
   auto& poll_time = fs.family("stealgate_executor_poll_duration_seconds",
                               "Time each task poll held its worker.", MetricType::Histogram);
+  auto& reclaims = fs.family("stealgate_executor_memory_reclaims_total",
+                             "Times a worker idle for runtime.idle_memory_reclaim gave cached memory back.",
+                             MetricType::Counter);
+  auto& reclaimed = fs.family("stealgate_executor_memory_reclaimed_bytes_total",
+                              "Bytes of cached memory (free slabs, buffers, parsers) those reclaims freed.",
+                              MetricType::Counter);
   for (std::size_t w = 0; w < st.workers.size(); ++w) {
     Labels lb{{"worker", std::to_string(w)}};
     Families::add(long_polls, lb, static_cast<double>(st.workers[w].long_polls));
+    Families::add(reclaims, lb, static_cast<double>(st.workers[w].memory_reclaims));
+    Families::add(reclaimed, lb, static_cast<double>(st.workers[w].memory_reclaimed_bytes));
     add_duration_histogram(poll_time, lb, st.workers[w].poll_time);
   }
   // Scheduling delay (runnable -> polled), sampled, all workers together.

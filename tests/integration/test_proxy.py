@@ -441,5 +441,71 @@ class IdleConnectionMemoryTest(unittest.TestCase):
         self.assertLess(per_conn, bound, f"{per_conn:.1f} KiB of RSS per idle keep-alive connection")
 
 
+    @unittest.skipIf(sanitized_binary(), NOT_IN_THIS_BUILD + "RSS is not meaningful under AddressSanitizer")
+    def test_memory_falls_back_after_a_spike(self):
+        """Workers idle for runtime.idle_memory_reclaim (default 1s) give back what a spike of
+        connections left in their caches: without it the RSS stayed at the spike's level."""
+        up = Upstream("spike")
+        self.addCleanup(up.stop)
+        sg = Stealgate(config(clusters=f"  - name: app\n    endpoints: [{up.address}]\n", routes=routes_for(),
+                              logging="access_log: { enabled: false }"))
+        self.addCleanup(sg.stop)
+        n = 2000
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft < 2 * n + 100:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4 * n), hard))
+
+        def reclaims():
+            return sum(sg.metric("stealgate_executor_memory_reclaims_total", worker=w) for w in ("0", "1"))
+
+        def reclaimed_bytes():
+            return sum(sg.metric("stealgate_executor_memory_reclaimed_bytes_total", worker=w) for w in ("0", "1"))
+
+        def rss_kib():
+            """RSS without io_uring's provided receive buffers: 1 MiB anonymous mappings, one per
+            ring, whose pages appear as the ring hands each buffer out the first time (in turn,
+            not by need) and then stay: they are sized per ring, not per connection."""
+            total = 0
+            with open(f"/proc/{sg.proc.pid}/smaps") as f:
+                anonymous, size = False, 0
+                for line in f:
+                    if re.match(r"^[0-9a-f]+-[0-9a-f]+ ", line):
+                        anonymous = len(line.split()) <= 5
+                    elif line.startswith("Size:"):
+                        size = int(line.split()[1])
+                    elif line.startswith("Rss:") and not (anonymous and size == 1024):
+                        total += int(line.split()[1])
+            return total
+
+        def spike():
+            """Opens n connections with a request each, closes them; RSS while they are open."""
+            clients = []
+            for _ in range(n):
+                c = Client(sg.port)
+                self.assertEqual(c.request("GET", "/x").status, 200)
+                clients.append(c)
+            rss = rss_kib()
+            seen = reclaims()
+            for c in clients:
+                c.close()
+            sg.wait_for(lambda: sg.metric("stealgate_downstream_connections_active") == 0, 5, "connections still open")
+            sg.wait_for(lambda: reclaims() > seen, 5 * TIMEOUT_SCALE, "no reclaim after the spike")
+            time.sleep(1.2)  # the other worker's reclaim, if it served some of them
+            return rss
+
+        # The first spike sizes what stays for good (Asio's descriptor pool on epoll); the
+        # second must give back what it added.
+        spike()
+        before = rss_kib()
+        freed = reclaimed_bytes()
+        peak = spike()
+        after = rss_kib()
+        added = peak - before
+        self.assertGreater(added, 0)
+        self.assertGreater(reclaimed_bytes(), freed)
+        self.assertLess(after - before, added / 2,
+                        f"RSS before {before} KiB, with {n} connections {peak} KiB, after they closed {after} KiB")
+
+
 if __name__ == "__main__":
     main()
