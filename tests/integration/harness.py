@@ -186,6 +186,9 @@ class Stealgate:
             m = re.search(r"admin endpoint on \S+ \(port (\d+)\)", line)
             if m:
                 self.admin_port = int(m.group(1))
+                # Never TLS, even where the kernel handed out the port of an earlier
+                # stealgate's TLS listener (Client would otherwise speak TLS to it).
+                TLS_PORTS.discard(self.admin_port)
 
     def logs(self):
         with self.log_lock:
