@@ -109,14 +109,18 @@ void* unpooled(std::size_t user_bytes, uint64_t cls) {
 
 constexpr std::size_t slab_blocks(std::size_t c) { return std::max<std::size_t>(8, kAllocSlabBytes / block_bytes(c)); }
 
-// Carves a fresh slab into blocks of class c: returns one, pools the rest.
-void* carve_slab(ThreadCache* tc, std::size_t c) {
+// Carves a fresh slab into blocks of class c: returns one, pools the rest. Out of line:
+// inlined, its vector bookkeeping cost task_alloc's fast path a stack frame (+5
+// instructions per allocation, callgrind).
+[[gnu::noinline, gnu::cold]] void* carve_slab(ThreadCache* tc, std::size_t c) {
   const std::size_t bb = block_bytes(c);
   const std::size_t n = slab_blocks(c);
-  tc->slabs[c].reserve(tc->slabs[c].size() + 1);  // before the malloc: a throw leaks nothing
+  std::vector<char*>& slabs = tc->slabs[c];
+  // Room first (doubling): a throw then leaks nothing.
+  if (slabs.size() == slabs.capacity()) slabs.reserve(std::max<std::size_t>(16, 2 * slabs.capacity()));
   auto* slab = static_cast<char*>(std::malloc(n * bb));
   if (slab == nullptr) throw std::bad_alloc();
-  tc->slabs[c].push_back(slab);
+  slabs.push_back(slab);
   for (std::size_t i = 0; i < n; ++i) {
     auto* h = reinterpret_cast<BlockHeader*>(slab + i * bb);
     h->owner = tc;

@@ -36,7 +36,7 @@ void Parker::park_condvar(std::optional<std::chrono::milliseconds> limit) {
     state_.exchange(kEmpty, std::memory_order_seq_cst);
     return;
   }
-  const auto deadline = std::chrono::steady_clock::now() + limit.value_or(std::chrono::milliseconds{0});
+  const auto deadline = limit ? std::chrono::steady_clock::now() + *limit : std::chrono::steady_clock::time_point{};
   for (;;) {
     if (!limit) {
       cv_.wait(lk);

@@ -330,13 +330,15 @@ uint64_t Worker::poll_task(TaskHeader* t, uint64_t start) {
     t->ready_ns = 0;
   }
   ++counters_.polls;
-  background_polls_ += (kBackgroundKinds >> static_cast<unsigned>(t->kind)) & 1u;
   ++batch_polls_;
   if (!time_polls_) {
     poll_untimed(t);
     return 0;
   }
   const TaskKind kind = t->kind;
+  // Told apart only here, with poll timing (the gateway's setting), so that the untimed
+  // hot path pays nothing for it: without, every poll counts as work.
+  background_polls_ += (kBackgroundKinds >> static_cast<unsigned>(kind)) & 1u;
   TaskDiag* const d = t->diag;
   if (d != nullptr) {
     // Our own reference keeps the task, and so its record, alive through the bookkeeping
@@ -462,47 +464,52 @@ bool Worker::transition_from_parked() {
 
 void Worker::park() {
   if (!transition_to_parked()) return;
-  // The quiet period starts at the first park after work; background polls (a pool
-  // reaper every second, the scheduling-delay probe, health checks) do not end it.
+  // The quiet period starts at the first park after work (stamped with park_blocking's
+  // clock reading: no reading of its own); background polls (a pool reaper every second,
+  // the scheduling-delay probe, health checks) do not end it.
   const uint64_t work = counters_.polls - background_polls_;
   if (work != work_polls_at_park_) {
     work_polls_at_park_ = work;
-    quiet_since_ns_ = now_ns();
+    quiet_since_ns_ = 0;
   }
   while (!is_shutdown_) {
-    park_blocking(reclaim_limit());
+    park_blocking();
     maintenance();
     if (transition_from_parked()) break;
     reclaim_if_idle();
   }
 }
 
-std::optional<std::chrono::milliseconds> Worker::reclaim_limit() const {
+std::optional<std::chrono::milliseconds> Worker::reclaim_limit(uint64_t now) {
   // Only after work: a quiet worker reclaims once, then sleeps without a limit.
   if (cfg_.idle_memory_reclaim.count() == 0 || work_polls_at_park_ == work_polls_at_reclaim_) return std::nullopt;
+  if (quiet_since_ns_ == 0) {  // the first park after work (the common case under load)
+    quiet_since_ns_ = now;
+    return cfg_.idle_memory_reclaim;
+  }
   const uint64_t due_ns =
       quiet_since_ns_ + static_cast<uint64_t>(std::chrono::nanoseconds(cfg_.idle_memory_reclaim).count());
-  const uint64_t now = now_ns();
   if (now >= due_ns) return std::chrono::milliseconds{0};
   return std::chrono::milliseconds{(due_ns - now + 999'999) / 1'000'000};
 }
 
 void Worker::reclaim_if_idle() {
-  std::optional<std::chrono::milliseconds> left = reclaim_limit();
+  const uint64_t woke_ns = busy_since_ns_;  // park_blocking's reading after waking
+  std::optional<std::chrono::milliseconds> left = reclaim_limit(woke_ns);
   if (!left || left->count() > 0) return;
   counters_.memory_reclaimed_bytes += reclaim_idle_memory();
   ++counters_.memory_reclaims;
   work_polls_at_reclaim_ = work_polls_at_park_;
-  publish_stats(now_ns());
+  publish_stats(woke_ns);
 }
 
-void Worker::park_blocking(std::optional<std::chrono::milliseconds> limit) {
+void Worker::park_blocking() {
   uint64_t now = now_ns();
   counters_.busy_ns += now - busy_since_ns_;
   ++counters_.parks;
   publish_stats(now);
   busy_since_ns_ = now;  // reset below after waking
-  if (parker_.park(driver_budget(), limit)) ++counters_.driver_polls;
+  if (parker_.park(driver_budget(), reclaim_limit(now))) ++counters_.driver_polls;
   driver_visit_tick_ = tick_;
   ++counters_.unparks;
   busy_since_ns_ = now_ns();

@@ -78,10 +78,10 @@ class Worker {
   void park();
   bool transition_to_parked();
   bool transition_from_parked();
-  void park_blocking(std::optional<std::chrono::milliseconds> limit);
-  // How long this park may last before the worker reclaims idle memory (nullopt: no
-  // reclaim due), and the reclaim itself once it is due.
-  std::optional<std::chrono::milliseconds> reclaim_limit() const;
+  void park_blocking();
+  // How long a park at `now` may last before the worker reclaims idle memory (nullopt: no
+  // reclaim pending), and the reclaim itself once it is due.
+  std::optional<std::chrono::milliseconds> reclaim_limit(uint64_t now);
   void reclaim_if_idle();
   void maintenance_tick();
   void maintenance();
@@ -156,7 +156,8 @@ class Worker {
   WorkerCounters counters_;
   uint64_t busy_since_ns_ = 0;
   // Idle memory reclaim (reclaim.h): polls of background tasks (kBackgroundKinds), the
-  // other polls as of the last park and of the last reclaim, and when the quiet began.
+  // other polls as of the last park and of the last reclaim, and when the quiet began
+  // (0: at the next park's clock reading).
   uint64_t background_polls_ = 0;
   uint64_t work_polls_at_park_ = 0;
   uint64_t work_polls_at_reclaim_ = 0;

@@ -111,8 +111,11 @@ TEST(BurstStress, WaitsRacedByDeadlinesOutsideWakesAndCancels) {
   std::atomic<bool> stop{false};
   std::thread outside([&] {
     std::mt19937 rng(1);
-    while (!stop.load()) {
+    for (uint32_t n = 1; !stop.load(); ++n) {
       slots[rng() % kTasks].take().wake({std::error_code{}, kTagOutside});
+      // Unthrottled, this thread could complete every wait before a 1-2 ms deadline came
+      // due (all 60,000 in 15 ms: 4 runs in 30 without a single deadline win).
+      if (n % 64 == 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   });
   std::atomic<int> cancelled{0};
