@@ -40,6 +40,7 @@
 
 #include "exec/context.h"
 #include "exec/reclaim.h"
+#include "exec/runtime.h"
 #include "exec/scheduler.h"
 
 namespace sg::exec {
@@ -497,8 +498,11 @@ void Worker::reclaim_if_idle() {
   const uint64_t woke_ns = busy_since_ns_;  // park_blocking's reading after waking
   std::optional<std::chrono::milliseconds> left = reclaim_limit(woke_ns);
   if (!left || left->count() > 0) return;
-  counters_.memory_reclaimed_bytes += reclaim_idle_memory();
+  counters_.memory_reclaimed_bytes += reclaim_thread_memory();
   ++counters_.memory_reclaims;
+  // The pages go back from the blocking pool: malloc_trim takes milliseconds on a large
+  // heap, during which this worker's queue and ring would wait.
+  Handle::current().spawn_blocking([] { release_free_pages(); }, "release free pages").detach();
   work_polls_at_reclaim_ = work_polls_at_park_;
   publish_stats(woke_ns);
 }

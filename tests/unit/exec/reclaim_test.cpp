@@ -1,5 +1,6 @@
 // Idle memory reclaim: a worker that ran tasks and then had nothing to do for
-// idle_memory_reclaim gives its wholly free slabs back, once per idle period; a worker
+// idle_memory_reclaim gives its wholly free slabs back, once per idle period, and has
+// the blocking pool return malloc's free pages; a worker
 // woken more often than that keeps them, unless what wakes it is background
 // housekeeping; 0 turns it off.
 #include <gtest/gtest.h>
@@ -57,6 +58,8 @@ TEST(IdleReclaim, AnIdleWorkerGivesFreeSlabsBackOncePerIdlePeriod) {
   Runtime rt(cfg);
   spike(rt);
   ASSERT_TRUE(eventually([&] { return rt.stats().total().memory_reclaims == 1; }));
+  // The page release (malloc_trim, milliseconds on a large heap) ran on the blocking pool.
+  EXPECT_TRUE(eventually([&] { return rt.stats().blocking_threads >= 1; }));
   if (kPooled) {
     EXPECT_GE(rt.stats().total().memory_reclaimed_bytes, 200u * 3000u);
   }
