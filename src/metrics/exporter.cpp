@@ -4,9 +4,11 @@
 #include <prometheus/text_serializer.h>
 
 #include <deque>
+#include <optional>
 #include <sstream>
 
 #include "common/log.h"
+#include "metrics/process_stats.h"
 #include "stealgate_version.h"
 
 namespace sg::metrics {
@@ -400,7 +402,7 @@ void admission_families(Families& fs, proxy::Gateway& gw, const Snap& snap) {
                 {}, gs.admission.wait);
 }
 
-// Reloads, dropped log lines and the build.
+// Reloads, dropped log lines, the build and the process collector's standard figures.
 void process_families(Families& fs, proxy::Gateway& gw) {
   proxy::GatewayStats& gs = gw.stats();
   auto& reloads = fs.family("stealgate_config_reloads_total", "Configuration reloads by result.", MetricType::Counter);
@@ -413,6 +415,17 @@ void process_families(Families& fs, proxy::Gateway& gw) {
             MetricType::Counter, static_cast<double>(log::dropped_lines()));
   Families::add(fs.family("stealgate_build_info", "Build information.", MetricType::Gauge),
                 {{"version", STEALGATE_VERSION}}, 1);
+  if (std::optional<ProcessStats> p = read_process_stats()) {
+    fs.scalar("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.", MetricType::Counter,
+              p->cpu_seconds);
+    fs.scalar("process_resident_memory_bytes", "Resident memory size in bytes.", MetricType::Gauge,
+              p->resident_bytes);
+    fs.scalar("process_virtual_memory_bytes", "Virtual memory size in bytes.", MetricType::Gauge, p->virtual_bytes);
+    fs.scalar("process_start_time_seconds", "Start time of the process since unix epoch in seconds.",
+              MetricType::Gauge, p->start_time_seconds);
+    fs.scalar("process_open_fds", "Number of open file descriptors.", MetricType::Gauge, p->open_fds);
+    fs.scalar("process_max_fds", "Maximum number of open file descriptors.", MetricType::Gauge, p->max_fds);
+  }
 }
 
 }  // namespace

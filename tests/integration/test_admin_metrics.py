@@ -84,6 +84,35 @@ class AdminMetricsTest(unittest.TestCase):
         self.assertEqual(self.sg.metric("stealgate_upstream_endpoint_healthy", cluster="app",
                                         endpoint=self.up.address), 1)
 
+    def test_process_metrics_describe_the_process(self):
+        """The process collector's standard series, checked against /proc as seen from outside."""
+        pid = self.sg.proc.pid
+        clients = [Client(self.sg.port) for _ in range(20)]
+        for c in clients:
+            self.assertEqual(c.request("GET", "/hello").status, 200)
+        m = self.sg.metric
+        fds = len(os.listdir(f"/proc/{pid}/fd"))
+        self.assertLessEqual(abs(m("process_open_fds") - fds), 2, f"{m('process_open_fds')} vs {fds} in /proc")
+        with open(f"/proc/{pid}/status") as f:
+            vm_rss = next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmRSS:"))
+        self.assertLess(abs(m("process_resident_memory_bytes") - vm_rss), vm_rss * 0.25)
+        self.assertGreater(m("process_virtual_memory_bytes"), m("process_resident_memory_bytes"))
+        with open(f"/proc/{pid}/limits") as f:
+            soft = next(l.split()[3] for l in f if l.startswith("Max open files"))
+        self.assertEqual(m("process_max_fds"), float(soft))
+        for _ in range(300):  # some CPU time to count (/proc counts in 10 ms ticks)
+            self.assertEqual(clients[0].request("GET", "/hello").status, 200)
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        cpu = (int(fields[14 - 3]) + int(fields[15 - 3])) / os.sysconf("SC_CLK_TCK")
+        self.assertGreater(cpu, 0)
+        self.assertLess(abs(m("process_cpu_seconds_total") - cpu), 0.1)
+        started = m("process_start_time_seconds")
+        self.assertLessEqual(started, time.time() + 1)
+        self.assertGreater(started, time.time() - 600, "started within the suite, not at boot")
+        for c in clients:
+            c.close()
+
     def test_promtool_check_metrics(self):
         promtool = shutil.which("promtool")
         if promtool is None:

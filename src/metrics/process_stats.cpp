@@ -1,0 +1,74 @@
+#include "metrics/process_stats.h"
+
+#include <dirent.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace sg::metrics {
+
+namespace {
+
+// /proc/self/stat after the command name (which may hold spaces and parentheses): field 3
+// (state) is tokens[0], so field n is tokens[n - 3].
+std::optional<std::vector<std::string>> stat_fields() {
+  std::ifstream f("/proc/self/stat");
+  std::string line;
+  if (!std::getline(f, line)) return std::nullopt;
+  const auto close = line.rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  std::istringstream rest(line.substr(close + 1));
+  std::vector<std::string> tokens;
+  for (std::string t; rest >> t;) tokens.push_back(t);
+  if (tokens.size() < 22) return std::nullopt;
+  return tokens;
+}
+
+double boot_time_seconds() {
+  std::ifstream f("/proc/stat");
+  for (std::string key; f >> key;) {
+    if (key == "btime") {
+      double v = 0;
+      f >> v;
+      return v;
+    }
+    f.ignore(1 << 20, '\n');
+  }
+  return 0;
+}
+
+double open_fds() {
+  DIR* d = ::opendir("/proc/self/fd");
+  if (d == nullptr) return 0;
+  double n = 0;
+  while (const dirent* e = ::readdir(d)) {
+    if (e->d_name[0] != '.') ++n;
+  }
+  ::closedir(d);
+  return n - 1;  // not the descriptor this listing held open
+}
+
+}  // namespace
+
+std::optional<ProcessStats> read_process_stats() {
+  auto fields = stat_fields();
+  if (!fields) return std::nullopt;
+  const auto& t = *fields;
+  const double ticks = static_cast<double>(::sysconf(_SC_CLK_TCK));
+  const double page = static_cast<double>(::sysconf(_SC_PAGESIZE));
+  ProcessStats s;
+  s.cpu_seconds = (std::stod(t[14 - 3]) + std::stod(t[15 - 3])) / ticks;  // utime + stime
+  s.start_time_seconds = boot_time_seconds() + std::stod(t[22 - 3]) / ticks;
+  s.virtual_bytes = std::stod(t[23 - 3]);
+  s.resident_bytes = std::stod(t[24 - 3]) * page;
+  s.open_fds = open_fds();
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) == 0) s.max_fds = static_cast<double>(lim.rlim_cur);
+  return s;
+}
+
+}  // namespace sg::metrics
