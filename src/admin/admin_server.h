@@ -11,11 +11,13 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "config/schema.h"
 #include "exec/join_handle.h"
 #include "io/tcp.h"
+#include "metrics/process_stats.h"
 #include "proxy/gateway.h"
 
 namespace sg::admin {
@@ -40,7 +42,9 @@ class AdminServer {
 };
 
 // Exposed for tests: the response to one admin request.
+// `process`: the process series for /metrics (read off the workers by the caller).
 std::string admin_response(proxy::Gateway& gw, const std::string& method, const std::string& path, bool head,
-                           std::string_view query = {});
+                           std::string_view query = {},
+                           const std::optional<metrics::ProcessStats>& process = std::nullopt);
 
 }  // namespace sg::admin

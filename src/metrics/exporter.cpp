@@ -403,7 +403,7 @@ void admission_families(Families& fs, proxy::Gateway& gw, const Snap& snap) {
 }
 
 // Reloads, dropped log lines, the build and the process collector's standard figures.
-void process_families(Families& fs, proxy::Gateway& gw) {
+void process_families(Families& fs, proxy::Gateway& gw, const std::optional<ProcessStats>& p) {
   proxy::GatewayStats& gs = gw.stats();
   auto& reloads = fs.family("stealgate_config_reloads_total", "Configuration reloads by result.", MetricType::Counter);
   Families::add(reloads, {{"result", "success"}}, static_cast<double>(gs.reloads_ok.load()));
@@ -415,7 +415,7 @@ void process_families(Families& fs, proxy::Gateway& gw) {
             MetricType::Counter, static_cast<double>(log::dropped_lines()));
   Families::add(fs.family("stealgate_build_info", "Build information.", MetricType::Gauge),
                 {{"version", STEALGATE_VERSION}}, 1);
-  if (std::optional<ProcessStats> p = read_process_stats()) {
+  if (p) {
     fs.scalar("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.", MetricType::Counter,
               p->cpu_seconds);
     fs.scalar("process_resident_memory_bytes", "Resident memory size in bytes.", MetricType::Gauge,
@@ -430,7 +430,7 @@ void process_families(Families& fs, proxy::Gateway& gw) {
 
 }  // namespace
 
-std::string render(proxy::Gateway& gw) {
+std::string render(proxy::Gateway& gw, const std::optional<ProcessStats>& process) {
   Families fs;
   const Snap snap = gw.snapshot();
   executor_families(fs, gw.runtime().exec().stats());
@@ -443,7 +443,7 @@ std::string render(proxy::Gateway& gw) {
   request_families(fs, gw, snap);
   upstream_families(fs, snap);
   admission_families(fs, gw, snap);
-  process_families(fs, gw);
+  process_families(fs, gw, process);
   tls_families(fs, gw, snap);
   std::ostringstream os;
   prometheus::TextSerializer{}.Serialize(os, std::vector<MetricFamily>(fs.out.begin(), fs.out.end()));

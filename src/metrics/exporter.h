@@ -6,12 +6,16 @@
 // admission scope and reason.
 #pragma once
 
+#include <optional>
 #include <string>
 
+#include "metrics/process_stats.h"
 #include "proxy/gateway.h"
 
 namespace sg::metrics {
 
-std::string render(proxy::Gateway& gw);
+// `process`: the process collector's series (read_process_stats, which the admin server
+// runs on the blocking pool); absent when nullopt.
+std::string render(proxy::Gateway& gw, const std::optional<ProcessStats>& process = std::nullopt);
 
 }  // namespace sg::metrics
