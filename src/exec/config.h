@@ -97,8 +97,9 @@ struct RuntimeConfig {
   // Called on the worker, at most once a second per worker, for a long poll.
   LongPollHook on_long_poll = nullptr;
   // A worker parked this long after running tasks reclaims idle memory (reclaim.h); 0:
-  // never. With poll_timing, polls of background kinds (health checks, probes,
-  // maintenance) do not count as running tasks; without it, every poll does.
+  // never. With poll_timing, polls of background kinds (health checks, the admin
+  // endpoint, probes, maintenance) do not count as running tasks; without it, every poll
+  // does.
   std::chrono::milliseconds idle_memory_reclaim = kDefaultIdleMemoryReclaim;
 };
 

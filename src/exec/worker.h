@@ -20,8 +20,11 @@
 namespace sg::exec {
 
 // Task kinds whose polls do not end a worker's quiet period (idle memory reclaim): the
-// periodic housekeeping that runs on an otherwise idle gateway.
+// housekeeping and monitoring that run on an otherwise idle gateway. The admin endpoint is
+// one: a load balancer's /ready probe every second, or a scrape, would otherwise keep the
+// worker serving it from ever giving memory back.
 inline constexpr unsigned kBackgroundKinds = (1u << static_cast<unsigned>(TaskKind::kHealthCheck)) |
+                                             (1u << static_cast<unsigned>(TaskKind::kAdmin)) |
                                              (1u << static_cast<unsigned>(TaskKind::kProbe)) |
                                              (1u << static_cast<unsigned>(TaskKind::kMaintenance));
 
