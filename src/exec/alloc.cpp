@@ -108,6 +108,7 @@ void* unpooled(std::size_t user_bytes, uint64_t cls) {
 }
 
 constexpr std::size_t slab_blocks(std::size_t c) { return std::max<std::size_t>(8, kAllocSlabBytes / block_bytes(c)); }
+constexpr std::size_t slab_bytes(std::size_t c) { return slab_blocks(c) * block_bytes(c); }
 
 // Carves a fresh slab into blocks of class c: returns one, pools the rest. Out of line:
 // inlined, its vector bookkeeping cost task_alloc's fast path a stack frame (+5
@@ -118,7 +119,7 @@ constexpr std::size_t slab_blocks(std::size_t c) { return std::max<std::size_t>(
   std::vector<char*>& slabs = tc->slabs[c];
   // Room first (doubling): a throw then leaks nothing.
   if (slabs.size() == slabs.capacity()) slabs.reserve(std::max<std::size_t>(16, 2 * slabs.capacity()));
-  auto* slab = static_cast<char*>(std::malloc(n * bb));
+  auto* slab = static_cast<char*>(std::malloc(slab_bytes(c)));
   if (slab == nullptr) throw std::bad_alloc();
   slabs.push_back(slab);
   for (std::size_t i = 0; i < n; ++i) {
@@ -135,7 +136,7 @@ constexpr std::size_t slab_blocks(std::size_t c) { return std::max<std::size_t>(
 
 // Releases the slabs of class c whose blocks are all free (see the trim invariant in
 // alloc.h); returns their bytes. Every free block of the class is first gathered on the
-// local list, so an exception (the count vector) leaves the cache consistent.
+// local list, so an exception (the count vectors) leaves the cache consistent.
 std::size_t trim_class(ThreadCache* tc, std::size_t c) {
   std::vector<char*>& slabs = tc->slabs[c];
   if (slabs.empty()) return 0;
@@ -147,28 +148,30 @@ std::size_t trim_class(ThreadCache* tc, std::size_t c) {
   }
   if (tc->local[c] == nullptr) return 0;
   const std::size_t n = slab_blocks(c);
-  const std::size_t slab_bytes = n * block_bytes(c);
   std::sort(slabs.begin(), slabs.end());
   std::vector<uint32_t> free_blocks(slabs.size(), 0);
-  // The slab holding block b: the last one starting at or before its header.
-  auto slab_of = [&](FreeBlock* b) -> std::size_t {
+  // The slab of each free block, in list order (the last slab starting at or before the
+  // block's header): looked up once, used to count and then to unlink.
+  std::vector<uint32_t> slab_of;
+  for (FreeBlock* b = tc->local[c]; b != nullptr; b = b->next) {
     const char* h = reinterpret_cast<const char*>(b) - sizeof(BlockHeader);
-    return static_cast<std::size_t>(std::upper_bound(slabs.begin(), slabs.end(), h) - slabs.begin()) - 1;
-  };
-  for (FreeBlock* b = tc->local[c]; b != nullptr; b = b->next) ++free_blocks[slab_of(b)];
+    slab_of.push_back(static_cast<uint32_t>(std::upper_bound(slabs.begin(), slabs.end(), h) - slabs.begin() - 1));
+    ++free_blocks[slab_of.back()];
+  }
   if (std::find(free_blocks.begin(), free_blocks.end(), n) == free_blocks.end()) return 0;
   // Unlink the blocks of wholly free slabs, keeping the others in their order.
-  for (FreeBlock** link = &tc->local[c]; *link != nullptr;) {
-    if (free_blocks[slab_of(*link)] == n) *link = (*link)->next;
+  std::size_t i = 0;
+  for (FreeBlock** link = &tc->local[c]; *link != nullptr; ++i) {
+    if (free_blocks[slab_of[i]] == n) *link = (*link)->next;
     else link = &(*link)->next;
   }
   std::size_t released = 0, kept = 0;
-  for (std::size_t i = 0; i < slabs.size(); ++i) {
-    if (free_blocks[i] == n) {
-      std::free(slabs[i]);
-      released += slab_bytes;
+  for (std::size_t s = 0; s < slabs.size(); ++s) {
+    if (free_blocks[s] == n) {
+      std::free(slabs[s]);
+      released += slab_bytes(c);
     } else {
-      slabs[kept++] = slabs[i];
+      slabs[kept++] = slabs[s];
     }
   }
   slabs.resize(kept);
@@ -193,7 +196,7 @@ std::size_t task_cache_slab_bytes() noexcept {
   ThreadCache* tc = tl_cache;
   if (tc == nullptr) return 0;
   std::size_t total = 0;
-  for (std::size_t c = 0; c < kAllocClasses; ++c) total += tc->slabs[c].size() * slab_blocks(c) * block_bytes(c);
+  for (std::size_t c = 0; c < kAllocClasses; ++c) total += tc->slabs[c].size() * slab_bytes(c);
   return total;
 }
 

@@ -102,8 +102,7 @@ thread_local ParserCache tl_parsers;
 struct ParserCacheCleaner {
   bool armed = false;
   ~ParserCacheCleaner() {
-    for (std::size_t i = 0; i < tl_parsers.n; ++i) delete tl_parsers.free[i];
-    tl_parsers.n = 0;
+    release_cached_parsers();
     tl_parsers.closed = true;
   }
 };

@@ -52,9 +52,7 @@ class BufferCache {
     explicit Pool(std::size_t k) : keep(k) {}
     Pool(const Pool&) = delete;
     Pool& operator=(const Pool&) = delete;
-    ~Pool() {
-      for (char* p : free) delete[] p;
-    }
+    ~Pool() { clear(0); }
     std::size_t clear(std::size_t bytes) noexcept {
       for (char* p : free) delete[] p;
       std::size_t freed = free.size() * bytes;

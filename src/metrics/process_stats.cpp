@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -58,13 +59,16 @@ std::optional<ProcessStats> read_process_stats() {
   auto fields = stat_fields();
   if (!fields) return std::nullopt;
   const auto& t = *fields;
+  // strtod, not stod: a field that is not a number reads as 0 instead of throwing from a
+  // scrape.
+  auto num = [&t](std::size_t field) { return std::strtod(t[field - 3].c_str(), nullptr); };
   const double ticks = static_cast<double>(::sysconf(_SC_CLK_TCK));
   const double page = static_cast<double>(::sysconf(_SC_PAGESIZE));
   ProcessStats s;
-  s.cpu_seconds = (std::stod(t[14 - 3]) + std::stod(t[15 - 3])) / ticks;  // utime + stime
-  s.start_time_seconds = boot_time_seconds() + std::stod(t[22 - 3]) / ticks;
-  s.virtual_bytes = std::stod(t[23 - 3]);
-  s.resident_bytes = std::stod(t[24 - 3]) * page;
+  s.cpu_seconds = (num(14) + num(15)) / ticks;  // utime + stime
+  s.start_time_seconds = boot_time_seconds() + num(22) / ticks;
+  s.virtual_bytes = num(23);
+  s.resident_bytes = num(24) * page;
   s.open_fds = open_fds();
   rlimit lim{};
   if (::getrlimit(RLIMIT_NOFILE, &lim) == 0) s.max_fds = static_cast<double>(lim.rlim_cur);
