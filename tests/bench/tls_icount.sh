@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# User-space instructions per TLS connection (a full handshake, one proxied GET, close),
+# stealgate against nginx, counted by callgrind: the wall clock of tls_bench.sh swings by
+# more than the gaps worth chasing on the 2-core box, instruction counts do not. Same
+# certificate (ECDSA P-256) and backend as tls_bench.sh; stealgate on epoll (valgrind does
+# not run io_uring), nginx as one process (master_process off). 50 warm-up connections,
+# counters zeroed, then N (default 300) one after another from Python's ssl module, every
+# thread counted. Kernel time is not in these counts: compare syscalls with perf stat.
+#   apt-get install -y valgrind nginx-light     # once
+#   tests/bench/tls_icount.sh build-release/src/stealgate
+set -euo pipefail
+BIN=${1:?usage: tls_icount.sh STEALGATE_BINARY}
+N=${N:-300}
+for tool in valgrind callgrind_control callgrind_annotate nginx openssl python3; do
+  command -v "$tool" >/dev/null || { echo "tls_icount: $tool is missing (apt-get install -y valgrind nginx-light)"; exit 2; }
+done
+work=$(mktemp -d /tmp/sg-tls-icount.XXXXXX)
+cleanup() { pkill -f "$work/" 2>/dev/null || true; }
+trap cleanup EXIT
+
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$work/key.pem" -out "$work/cert.pem" \
+  -days 2 -subj /CN=localhost -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" 2>/dev/null
+cat >"$work/backend.conf" <<EOF
+worker_processes 1; daemon off; pid $work/backend.pid; error_log $work/backend.err;
+events { worker_connections 1024; }
+http { access_log off; keepalive_requests 1000000;
+  server { listen 127.0.0.1:19151; location / { return 200 "hello\n"; } } }
+EOF
+cat >"$work/nginx.conf" <<EOF
+master_process off; daemon off; pid $work/nginx.pid; error_log $work/nginx.err;
+events { worker_connections 1024; }
+http { access_log off; keepalive_requests 1000000;
+  upstream backend { server 127.0.0.1:19151; keepalive 64; }
+  ssl_session_cache shared:SSL:10m; ssl_session_tickets on; ssl_protocols TLSv1.2 TLSv1.3;
+  server { listen 127.0.0.1:18471 ssl; ssl_certificate $work/cert.pem; ssl_certificate_key $work/key.pem;
+    location / { proxy_pass http://backend; proxy_http_version 1.1; proxy_set_header Connection ""; } } }
+EOF
+cat >"$work/sg.yaml" <<EOF
+runtime: { worker_threads: 2 }
+admin: { address: 127.0.0.1:19952 }
+listeners:
+  - name: tls
+    address: 127.0.0.1:18472
+    tls: { certificates: [ { cert: $work/cert.pem, key: $work/key.pem } ] }
+clusters: [ { name: backend, endpoints: [127.0.0.1:19151] } ]
+routes: [ { name: all, match: { path_prefix: / }, cluster: backend } ]
+logging: { access_log: { enabled: false }, level: warning }
+EOF
+nginx -c "$work/backend.conf" -p "$work" &
+
+connections() {  # port count: full handshakes one after another, each reading to the close
+  python3 - "$1" "$2" <<'PY'
+import socket, ssl, sys
+port, n = int(sys.argv[1]), int(sys.argv[2])
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+ctx.check_hostname = False
+ctx.verify_mode = ssl.CERT_NONE
+for _ in range(n):
+    with ctx.wrap_socket(socket.create_connection(("127.0.0.1", port))) as s:
+        s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+        body = b""
+        while True:
+            try:
+                d = s.recv(65536)
+            except (ssl.SSLError, ConnectionResetError):
+                break
+            if not d:
+                break
+            body += d
+        if not body.endswith(b"hello\n"):
+            sys.exit(f"port {port}: unexpected response {body[:80]!r}")
+PY
+}
+
+count() {  # name port command...: instructions per connection under callgrind
+  local name=$1 port=$2
+  shift 2
+  valgrind --tool=callgrind --callgrind-out-file="$work/cg-$name.out" "$@" >"$work/$name.log" 2>&1 &
+  local pid=$!
+  for _ in $(seq 150); do
+    python3 -c "import socket; socket.create_connection(('127.0.0.1', $port))" 2>/dev/null && break
+    sleep 0.2
+  done
+  connections "$port" 50
+  callgrind_control -z "$pid" >/dev/null 2>&1
+  connections "$port" "$N"
+  callgrind_control -d "$pid" >/dev/null 2>&1
+  sleep 1
+  kill "$pid"
+  wait "$pid" 2>/dev/null || true
+  local total
+  total=$(callgrind_annotate "$work/cg-$name.out.1" 2>/dev/null | grep -m1 "PROGRAM TOTALS" | awk '{gsub(",", "", $1); print $1}')
+  echo "$name: $((total / N)) instructions per connection (callgrind, $N full handshakes)"
+}
+STEALGATE_IO_DRIVER=epoll count stealgate 18472 "$BIN" -c "$work/sg.yaml"
+count nginx 18471 nginx -c "$work/nginx.conf" -p "$work"
