@@ -59,8 +59,8 @@ std::vector<RingStats> Runtime::ring_stats() const {
   exec::Scheduler* s = rt_->handle().scheduler();
   for (std::size_t i = 0; i < s->num_workers(); ++i) {
     const auto* ring = static_cast<const UringDriver*>(s->driver_slot(i).driver);
-    out.push_back({ring->in_flight(), ring->cancels(), ring->remote_cancels(), ring->buffers_in_use(),
-                   ring->buffer_shortages()});
+    out.push_back({ring->in_flight(), ring->cancels(), ring->remote_cancels(), ring->buffers_provided(),
+                   ring->buffers_in_use(), ring->buffer_shortages()});
   }
   return out;
 }

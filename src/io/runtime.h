@@ -30,6 +30,7 @@ struct RingStats {
   std::size_t in_flight = 0;    // operations submitted and not yet completed
   uint64_t cancels = 0;         // cancels sent by the ring's own worker
   uint64_t remote_cancels = 0;  // cancels queued to it from other threads
+  std::size_t buffers_provided = 0;  // receive buffers the ring has been given (it grows on demand)
   std::size_t buffers_in_use = 0;    // provided receive buffers holding bytes not yet read
   uint64_t buffer_shortages = 0;     // receives that found no free buffer
 };

@@ -135,12 +135,41 @@ void UringDriver::setup_buffers() {
   buf_ring_ = static_cast<io_uring_buf_ring*>(ring_mem);
   buffers_ = static_cast<char*>(bufs);
   io_uring_buf_ring_init(buf_ring_);
+  provide_new_buffers(kInitialReceiveBuffers);
+}
+
+void UringDriver::provide_new_buffers(unsigned count) {
+  const unsigned first = static_cast<unsigned>(buffers_provided_.load(std::memory_order_relaxed));
+  count = std::min(count, kReceiveBuffers - first);
+  if (count == 0) return;
   const int mask = io_uring_buf_ring_mask(kReceiveBuffers);
-  for (unsigned i = 0; i < kReceiveBuffers; ++i) {
-    io_uring_buf_ring_add(buf_ring_, buffers_ + std::size_t{i} * kReceiveBufferSize, kReceiveBufferSize,
-                          static_cast<unsigned short>(i), mask, static_cast<int>(i));
+  for (unsigned i = 0; i < count; ++i) {
+    const unsigned id = first + i;
+    io_uring_buf_ring_add(buf_ring_, buffers_ + std::size_t{id} * kReceiveBufferSize, kReceiveBufferSize,
+                          static_cast<unsigned short>(id), mask, static_cast<int>(i));
   }
-  io_uring_buf_ring_advance(buf_ring_, static_cast<int>(kReceiveBuffers));
+  // Release: the kernel sees the entries before the tail that publishes them.
+  io_uring_buf_ring_advance(buf_ring_, static_cast<int>(count));
+  buffers_provided_.store(first + count, std::memory_order_relaxed);
+}
+
+void UringDriver::count_receive(bool found_no_buffer) {
+  ++window_receives_;
+  if (found_no_buffer) {
+    buffer_shortages_.fetch_add(1, std::memory_order_relaxed);
+    ++window_shortages_;
+    // Both conditions: the shortages are frequent, and every buffer the ring has holds
+    // bytes (not some on their way back from another thread; and the other shortages of
+    // a burst, reaped after the first growth, find buffers free and grow it no further).
+    const std::size_t provided = buffers_provided_.load(std::memory_order_relaxed);
+    if (window_shortages_ >= kGrowAfterShortages && window_shortages_ * kShortageRate >= window_receives_ &&
+        buffers_in_use_.load(std::memory_order_relaxed) >= provided) {
+      provide_new_buffers(static_cast<unsigned>(provided));
+      window_receives_ = window_shortages_ = 0;
+      return;
+    }
+  }
+  if (window_receives_ >= kShortageWindow) window_receives_ = window_shortages_ = 0;
 }
 
 void UringDriver::recycle(int buffer) {
@@ -367,7 +396,7 @@ void UringDriver::complete(UringOp* op, int res, uint32_t flags) {
     op->buffer = static_cast<int>(flags >> IORING_CQE_BUFFER_SHIFT);
     buffers_in_use_.fetch_add(1, std::memory_order_relaxed);
   }
-  if (res == -ENOBUFS) buffer_shortages_.fetch_add(1, std::memory_order_relaxed);
+  if (op->receive && res != -ECANCELED) count_receive(res == -ENOBUFS);
   exec::Waker w;
   std::size_t tag;
   {

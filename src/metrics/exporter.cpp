@@ -175,12 +175,16 @@ void io_uring_families(Families& fs, const std::vector<io::RingStats>& rings) {
                             "Operations cancelled on a worker's ring, by the thread that cancelled (own: the "
                             "ring's worker; other: queued to it by another thread).",
                             MetricType::Counter);
+  auto& provided = fs.family("stealgate_executor_io_uring_receive_buffers",
+                             "Receive buffers provided to a worker's ring (4 KiB each; from 32, doubled up to 256 "
+                             "while more than 1 receive in 16 finds none free; never withdrawn).",
+                             MetricType::Gauge);
   auto& in_use = fs.family("stealgate_executor_io_uring_receive_buffers_in_use",
-                           "Provided receive buffers of a worker's ring holding received bytes not yet read (of 256).",
+                           "Provided receive buffers of a worker's ring holding received bytes not yet read.",
                            MetricType::Gauge);
   auto& shortages = fs.family("stealgate_executor_io_uring_receive_buffer_shortages_total",
                               "Receives on a worker's ring that found no free provided buffer (each then read "
-                              "with a plain recv).",
+                              "with a plain recv, and the ring is given more, up to 256).",
                               MetricType::Counter);
   for (std::size_t w = 0; w < rings.size(); ++w) {
     const std::string worker = std::to_string(w);
@@ -188,6 +192,7 @@ void io_uring_families(Families& fs, const std::vector<io::RingStats>& rings) {
     Families::add(cancels, {{"worker", worker}, {"from", "own"}},
                   static_cast<double>(rings[w].cancels));
     Families::add(cancels, {{"worker", worker}, {"from", "other"}}, static_cast<double>(rings[w].remote_cancels));
+    Families::add(provided, {{"worker", worker}}, static_cast<double>(rings[w].buffers_provided));
     Families::add(in_use, {{"worker", worker}}, static_cast<double>(rings[w].buffers_in_use));
     Families::add(shortages, {{"worker", worker}}, static_cast<double>(rings[w].buffer_shortages));
   }

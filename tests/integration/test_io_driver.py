@@ -89,6 +89,8 @@ class IoDriverTest(unittest.TestCase):
         for w in ("0", "1"):
             self.assertEqual(sg.metric("stealgate_executor_io_uring_receive_buffers_in_use", worker=w), 0)
             self.assertEqual(sg.metric("stealgate_executor_io_uring_receive_buffer_shortages_total", worker=w), 0)
+            # No shortage, so each ring still has the buffers it started with.
+            self.assertEqual(sg.metric("stealgate_executor_io_uring_receive_buffers", worker=w), 32)
         for c in clients:
             c.close()
         sg.wait_for(lambda: self.ring_ops(sg) <= base, 5, "closed connections left operations on the rings")

@@ -2,8 +2,8 @@
 // socket keeps until a read takes it; epoll: readiness and recv), on both drivers: a read
 // that times out or a wait that another socket won loses no byte; a receive bigger than
 // the reader's buffer is taken in pieces, in order; an idle reader holds no buffer; more
-// ready sockets than buffers still read everything; closing a socket whose received bytes
-// nobody took gives the buffer back.
+// ready sockets than buffers still read everything, and a ring's buffers grow to meet
+// them; closing a socket whose received bytes nobody took gives the buffer back.
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -48,6 +48,7 @@ RingStats ring_totals(Runtime& rt) {
   RingStats t;
   for (const RingStats& r : rt.ring_stats()) {
     t.in_flight += r.in_flight;
+    t.buffers_provided += r.buffers_provided;
     t.buffers_in_use += r.buffers_in_use;
     t.buffer_shortages += r.buffer_shortages;
   }
@@ -163,35 +164,62 @@ TEST_P(Receive, IdleReadersHoldNoReceiveBuffer) {
   for (auto& p : pairs) ::close(p.peer);
 }
 
-TEST_P(Receive, MoreReadySocketsThanBuffersStillReadEverything) {
-  SG_DRIVER_RUNTIME(rt, sg::testing::workers(1));  // one ring: more ready sockets than its buffers
-  constexpr int kSockets = static_cast<int>(UringDriver::kReceiveBuffers) + 64;
-  std::vector<Pair> pairs;
-  for (int i = 0; i < kSockets; ++i) pairs.push_back(make_pair(rt));
-  std::atomic<int> woken{0};
-  std::atomic<bool> go{false};
-  std::vector<exec::JoinHandle<std::string>> hs;
-  for (auto& p : pairs) {
-    hs.push_back(rt.spawn([&]() -> exec::Task<std::string> {
-      // Each receive completes and keeps its bytes (a buffer) until the reads below.
-      EitherReadable w = co_await p.stream->wait_readable(nullptr);
+// Spawns a task per socket in pairs[first..] that waits until its socket is readable
+// (io_uring: its receive completes and keeps the bytes, holding a buffer or finding none),
+// then waits for `go` and reads the 8 bytes; sends each socket its bytes.
+void hold_and_read(Runtime& rt, std::vector<Pair>& pairs, std::size_t first, std::atomic<int>& woken,
+                   std::atomic<bool>& go, std::vector<exec::JoinHandle<std::string>>& hs) {
+  for (std::size_t i = first; i < pairs.size(); ++i) {
+    Pair* p = &pairs[i];
+    hs.push_back(rt.spawn([p, &woken, &go]() -> exec::Task<std::string> {
+      EitherReadable w = co_await p->stream->wait_readable(nullptr);
       woken.fetch_add(1);
       if (w.ec) co_return "wait: " + w.ec.message();
       while (!go.load()) co_await exec::sleep_for(1ms);
-      co_return co_await read_exactly(*p.stream, 8, 64);
+      co_return co_await read_exactly(*p->stream, 8, 64);
     }));
   }
-  for (std::size_t i = 0; i < pairs.size(); ++i) {
-    std::string msg = "m" + std::to_string(1'000'000 + i).substr(1);  // 7 bytes
-    msg += ".";
+  for (std::size_t i = first; i < pairs.size(); ++i) {
+    std::string msg = "m" + std::to_string(1'000'000 + i).substr(1) + ".";  // 8 bytes
     ASSERT_EQ(::send(pairs[i].peer, msg.data(), msg.size(), 0), 8);
   }
-  ASSERT_TRUE(sg::testing::eventually([&] { return woken.load() == kSockets; }));
+}
+
+TEST_P(Receive, MoreReadySocketsThanBuffersStillReadEverything) {
+  SG_DRIVER_RUNTIME(rt, sg::testing::workers(1));  // one ring: more ready sockets than its buffers
+  // Waves of 48 sockets whose receives keep their bytes until the reads at the end. On
+  // io_uring the ring starts with 32 buffers and doubles, up to 256, at a shortage that is
+  // the 16th since it last grew and at least 1 in 16 of the receives since then, when
+  // every buffer it has is held: 48 -> 64 (32 held, 16 short), 96 -> 128 (32 more held,
+  // 16 short), 144 -> 128 (48 held), 192 -> 256 (16 held, 16 short), then it fills.
+  static_assert(UringDriver::kInitialReceiveBuffers == 32 && UringDriver::kReceiveBuffers == 256 &&
+                UringDriver::kGrowAfterShortages == 16 && UringDriver::kShortageRate == 16);
+  constexpr int kWave = 48;
+  constexpr int kWaves = 7;
   if (uring(rt)) {
-    // Every buffer holds a socket's bytes; the receives that found none read with recv.
-    RingStats t = ring_totals(rt);
-    EXPECT_EQ(t.buffers_in_use, std::size_t{UringDriver::kReceiveBuffers});
-    EXPECT_GE(t.buffer_shortages, 64u);
+    EXPECT_EQ(ring_totals(rt).buffers_provided, std::size_t{UringDriver::kInitialReceiveBuffers});
+  }
+  std::vector<Pair> pairs;
+  pairs.reserve(std::size_t{kWave} * kWaves);  // the tasks hold pointers into it
+  std::atomic<int> woken{0};
+  std::atomic<bool> go{false};
+  std::vector<exec::JoinHandle<std::string>> hs;
+  std::vector<std::size_t> provided_after_wave;
+  for (int wave = 0; wave < kWaves; ++wave) {
+    const std::size_t first = pairs.size();
+    for (int i = 0; i < kWave; ++i) pairs.push_back(make_pair(rt));
+    hold_and_read(rt, pairs, first, woken, go, hs);
+    ASSERT_TRUE(sg::testing::eventually([&] { return woken.load() == static_cast<int>(pairs.size()); }));
+    if (uring(rt)) {
+      RingStats t = ring_totals(rt);
+      provided_after_wave.push_back(t.buffers_provided);
+      EXPECT_EQ(t.buffers_in_use + t.buffer_shortages, pairs.size()) << "each receive holds a buffer or found none";
+      EXPECT_LE(t.buffers_in_use, t.buffers_provided);
+    }
+  }
+  if (uring(rt)) {
+    EXPECT_EQ(provided_after_wave, (std::vector<std::size_t>{64, 128, 128, 256, 256, 256, 256}));
+    EXPECT_EQ(ring_totals(rt).buffers_in_use, std::size_t{UringDriver::kReceiveBuffers});
   }
   go = true;
   for (std::size_t i = 0; i < hs.size(); ++i) {
@@ -199,6 +227,28 @@ TEST_P(Receive, MoreReadySocketsThanBuffersStillReadEverything) {
   }
   if (uring(rt)) {
     EXPECT_TRUE(sg::testing::eventually([&] { return ring_totals(rt).buffers_in_use == 0; }));
+  }
+  for (auto& p : pairs) ::close(p.peer);
+}
+
+TEST_P(Receive, AFewShortagesDoNotGrowTheRing) {
+  SG_DRIVER_RUNTIME(rt, sg::testing::workers(1));
+  // 40 held receives on 32 buffers: 8 find none (fewer than 16), and read with recv.
+  std::vector<Pair> pairs;
+  for (int i = 0; i < 40; ++i) pairs.push_back(make_pair(rt));
+  std::atomic<int> woken{0};
+  std::atomic<bool> go{false};
+  std::vector<exec::JoinHandle<std::string>> hs;
+  hold_and_read(rt, pairs, 0, woken, go, hs);
+  ASSERT_TRUE(sg::testing::eventually([&] { return woken.load() == 40; }));
+  if (uring(rt)) {
+    RingStats t = ring_totals(rt);
+    EXPECT_EQ(t.buffer_shortages, 8u);
+    EXPECT_EQ(t.buffers_provided, std::size_t{UringDriver::kInitialReceiveBuffers});
+  }
+  go = true;
+  for (std::size_t i = 0; i < hs.size(); ++i) {
+    EXPECT_EQ(hs[i].wait(), "m" + std::to_string(1'000'000 + i).substr(1) + ".");
   }
   for (auto& p : pairs) ::close(p.peer);
 }
