@@ -117,8 +117,8 @@ constexpr std::size_t slab_bytes(std::size_t c) { return slab_blocks(c) * block_
 // (header vectors, strings) in the same malloc arena, so the pages around them stayed
 // resident after those were freed: malloc_trim can give back only whole free pages. 10k
 // idle connections held after 200 at a time were set up: 1,001-1,074 bytes of PSS each
-// with malloc'ed slabs, 872-927 with mapped ones; 14.6-16.8 MiB once they had closed,
-// against 13.4-13.5. The kernel merges neighbouring mappings (180 lines in /proc/PID/maps
+// with malloc'ed slabs, 872-927 with mapped ones; 14.2-16.4 MiB once they had closed,
+// against 13.1-13.2. The kernel merges neighbouring mappings (180 lines in /proc/PID/maps
 // against 145 there), so vm.max_map_count (65,530 by default) is far even at one mapping
 // per slab: a million connections would not reach it. A slab's mapping is whole pages.
 constexpr std::size_t kPage = 4096;

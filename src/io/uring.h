@@ -29,8 +29,8 @@
 // in kShortageRate finds none free (each such receive reads with a plain recv instead):
 // the kernel hands buffers out in ring order, so every provided buffer's page becomes
 // resident, and a ring that rarely needs more than a few keeps only those (after 3 s of
-// wrk -c4, PSS 12.3-12.4 MiB against 14.1 with all 256 provided from the start; -c64:
-// 64 buffers, 13.0 against 14.6). Buffers are never withdrawn: the kernel may hold any
+// wrk -c4, PSS 12.1 MiB against 13.8 with all 256 provided from the start; -c64: 64
+// buffers, 12.7 against 14.2). Buffers are never withdrawn: the kernel may hold any
 // of them. The completed operation holds the
 // bytes until the task takes them (io/tcp.cpp copies them into the reader's buffer), and
 // the buffer goes back to the ring that provided it: at once on that ring's thread, through
