@@ -184,7 +184,7 @@ void io_uring_families(Families& fs, const std::vector<io::RingStats>& rings) {
                            MetricType::Gauge);
   auto& shortages = fs.family("stealgate_executor_io_uring_receive_buffer_shortages_total",
                               "Receives on a worker's ring that found no free provided buffer (each then read "
-                              "with a plain recv, and the ring is given more, up to 256).",
+                              "with a plain recv; frequent shortages grow the ring, up to 256).",
                               MetricType::Counter);
   for (std::size_t w = 0; w < rings.size(); ++w) {
     const std::string worker = std::to_string(w);
