@@ -47,10 +47,11 @@ const Table<RuntimeSection>& runtime_table() {
                  "`stealgate_executor_io_driver_info{driver}`; on io_uring, "
                  "`stealgate_executor_io_uring_ops_in_flight{worker}` (one per waiting socket), "
                  "`stealgate_executor_io_uring_cancels_total{worker,from}`, "
-                 "`stealgate_executor_io_uring_receive_buffers{worker}` (4 KiB receive buffers provided to the "
-                 "ring: 32 at start, doubled up to 256 while more than 1 receive in 16 finds none free), "
-                 "`stealgate_executor_io_uring_receive_buffers_in_use{worker}` (those holding bytes not yet read) "
-                 "and `stealgate_executor_io_uring_receive_buffer_shortages_total{worker}` show each ring"),
+                 "`stealgate_executor_io_uring_receive_buffers{worker}` (the ring's 4 KiB receive buffers: 32 at "
+                 "start, doubled up to 256 while more than 1 receive in 16 finds none free), "
+                 "`stealgate_executor_io_uring_receive_buffer_shortages_total{worker}` (receives that found none) "
+                 "and `stealgate_executor_io_uring_receive_buffers_in_use{worker}` (buffers holding bytes not yet "
+                 "read) show each ring"),
        F::number("global_queue_interval", &R::global_queue_interval, 2, 1u << 20,
                  "ticks between checks of the injection queue before the local queue"),
        F::flag("adaptive_global_queue_interval", &R::adaptive_global_queue_interval,
