@@ -101,14 +101,18 @@ void log_errors(const config::LoadResult& r) {
   for (const auto& e : r.errors) SG_LOG_ERROR("{}", e.to_string());
 }
 
-// Every listening socket, named as its listener (the admin endpoint as "admin").
+// Every listening socket, named as its listener (all of a reuse_port group's sockets: a
+// connection queued on any of them must reach the new process), the admin endpoint as
+// "admin".
 std::vector<app::HandedSocket> listening_sockets(proxy::Gateway& gw, const admin::AdminServer& admin) {
   std::vector<app::HandedSocket> out;
   auto snap = gw.snapshot();
   for (const auto& ls : gw.listener_states()) {
-    if (!ls->listener || !ls->listener->is_open() || ls->stopping.load()) continue;
+    if (ls->stopping.load()) continue;
     const config::ListenerSection* l = snap ? snap->listener(ls->key) : nullptr;
-    out.push_back({ls->listener->native_handle(), l != nullptr ? l->name : ls->key});
+    for (io::TcpListener& s : ls->sockets) {
+      if (s.is_open()) out.push_back({s.native_handle(), l != nullptr ? l->name : ls->key});
+    }
   }
   if (admin.native_handle() >= 0) out.push_back({admin.native_handle(), "admin"});
   return out;

@@ -181,7 +181,11 @@ const Table<ListenerSection>& listener_table() {
       {F::text("name", &L::name, "used by `routes[].match.listener` and metrics labels").shown("`listener<N>`"),
        F::address("address", &L::address, "where to accept connections").require(),
        F::number("backlog", &L::backlog, 1, 65535, "listen(2) backlog"),
-       F::flag("reuse_port", &L::reuse_port, "SO_REUSEPORT"),
+       F::flag("reuse_port", &L::reuse_port,
+               "a listening socket per worker (SO_REUSEPORT), each accepted on its own worker; the kernel spreads new "
+               "connections over them by address hash, not by load. Another process of the same user can then bind "
+               "the address too. Takes effect when the listener is bound (start, binary upgrade). With socket "
+               "activation, hand over a socket per worker (deploy/README.md)"),
        F::number("max_connections", &L::max_connections, 1, 10'000'000, "open client connections on this listener"),
        F::choice("on_max_connections", &L::on_max_connections,
                  std::vector<std::pair<std::string, OverflowAction>>{{"reject", OverflowAction::kReject503},

@@ -116,6 +116,43 @@ Listening listen_on(IoContext ctx, InheritedSockets* inherited, const std::strin
   return out;
 }
 
+ListeningGroup listen_group(IoContext ctx, InheritedSockets* inherited, const std::string& name, tcp::endpoint ep,
+                            const ListenOptions& opts, std::size_t want) {
+  ListeningGroup out;
+  Listening first = listen_on(ctx, inherited, name, ep, opts);
+  if (!first.listener) {
+    out.error = std::move(first.error);
+    return out;
+  }
+  out.inherited = first.inherited;
+  const tcp::endpoint bound = first.listener->local_endpoint();  // the port, when ep's was 0
+  out.listeners.push_back(std::move(*first.listener));
+  if (!opts.reuse_port) return out;
+  for (std::string ignored; inherited != nullptr;) {
+    int fd = inherited->claim(name, bound, ignored);
+    if (fd < 0) break;
+    auto adopted = TcpListener::adopt(ctx, fd);
+    if (!adopted.ok()) {
+      out.note = "cannot adopt an inherited socket: " + adopted.error().message();
+      break;
+    }
+    out.listeners.push_back(std::move(*adopted));
+  }
+  while (out.listeners.size() < want && out.note.empty()) {
+    auto sibling = TcpListener::bind(ctx, bound, opts);
+    if (!sibling.ok()) {
+      out.note = "cannot bind another socket beside it: " + sibling.error().message() +
+                 (out.inherited ? " (sockets share an address only with SO_REUSEPORT and one owner: hand over a "
+                                  "socket per worker instead, socket units alike in ListenStream= and "
+                                  "FileDescriptorName=, with ReusePort=yes)"
+                                : "");
+      break;
+    }
+    out.listeners.push_back(std::move(*sibling));
+  }
+  return out;
+}
+
 std::size_t InheritedSockets::size() const {
   std::lock_guard lk(mu_);
   return socks_.size();

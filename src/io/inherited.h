@@ -66,4 +66,20 @@ struct Listening {
 Listening listen_on(IoContext ctx, InheritedSockets* inherited, const std::string& name, tcp::endpoint ep,
                     const ListenOptions& opts);
 
+// The listening sockets of a listener that accepts on `want` sockets at once (one per
+// worker). The first is listen_on()'s. With opts.reuse_port, every further inherited
+// socket on the same address comes next (a binary upgrade hands a group over whole, and
+// none of its queued connections may be lost), then sockets bound beside them with
+// SO_REUSEPORT until there are `want`: the kernel spreads new connections over the group
+// by their address hash. A sibling that cannot be bound (an inherited socket without
+// SO_REUSEPORT gives EADDRINUSE) ends the group where it is, and `note` says why.
+struct ListeningGroup {
+  std::vector<TcpListener> listeners;
+  std::string error;  // there is no socket at all
+  std::string note;   // fewer than wanted, and why
+  bool inherited = false;
+};
+ListeningGroup listen_group(IoContext ctx, InheritedSockets* inherited, const std::string& name, tcp::endpoint ep,
+                            const ListenOptions& opts, std::size_t want);
+
 }  // namespace sg::io

@@ -358,7 +358,7 @@ Result<TcpListener> TcpListener::adopt(IoContext io, int fd) {
   return TcpListener(std::move(*s), io);
 }
 
-exec::Task<Result<TcpStream>> TcpListener::accept(Deadline dl, tcp::endpoint* peer) {
+Result<std::optional<TcpStream>> TcpListener::try_accept(tcp::endpoint* peer) {
   for (;;) {
     // accept4 reports the peer's address, which also gives the family: no getsockname or
     // getpeername per connection.
@@ -368,14 +368,29 @@ exec::Task<Result<TcpStream>> TcpListener::accept(Deadline dl, tcp::endpoint* pe
     if (fd >= 0) {
       from.resize(len);
       auto s = Socket::adopt(io_, fd);
-      if (!s.ok()) co_return s.error();
+      if (!s.ok()) return s.error();
       if (peer != nullptr) *peer = from;
-      co_await SpendBudget{};
-      co_return TcpStream(std::move(*s));
+      return std::optional<TcpStream>(TcpStream(std::move(*s)));
     }
     int e = errno;
     if (e == EINTR || e == ECONNABORTED) continue;
-    if (!would_block(e)) co_return std::error_code{e, std::system_category()};
+    if (would_block(e)) return std::optional<TcpStream>();
+    return std::error_code{e, std::system_category()};
+  }
+}
+
+exec::Task<std::error_code> TcpListener::wait_acceptable(Deadline dl) {
+  co_return co_await wait_ready(sock_, Interest::kRead, dl);
+}
+
+exec::Task<Result<TcpStream>> TcpListener::accept(Deadline dl, tcp::endpoint* peer) {
+  for (;;) {
+    auto got = try_accept(peer);
+    if (!got.ok()) co_return got.error();
+    if (got->has_value()) {
+      co_await SpendBudget{};
+      co_return std::move(**got);
+    }
     if (std::error_code ec = co_await wait_ready(sock_, Interest::kRead, dl)) co_return ec;
   }
 }

@@ -107,6 +107,11 @@ class TcpListener {
   // connection's life). EMFILE/ENFILE and other resource errors come back as errors (the
   // caller backs off); the listener stays usable.
   exec::Task<Result<TcpStream>> accept(Deadline dl = {}, tcp::endpoint* peer = nullptr);
+  // The two halves of accept(), for a caller that decides between them whether to take a
+  // connection at all (a connection limit): wait until a connection is queued (or the
+  // deadline passes), and take one if there is one (nullopt: none queued).
+  exec::Task<std::error_code> wait_acceptable(Deadline dl = {});
+  Result<std::optional<TcpStream>> try_accept(tcp::endpoint* peer = nullptr);
   tcp::endpoint local_endpoint() const { return sock_.local_endpoint(); }
   void close() { sock_.close(); }
   bool is_open() const { return sock_.is_open(); }

@@ -211,37 +211,64 @@ std::string Gateway::bind_listener(const config::ListenerSection& l, std::shared
   io::ListenOptions opts;
   opts.backlog = l.backlog;
   opts.reuse_port = l.reuse_port;
-  io::Listening got = io::listen_on(rt_.context(), inherited_, l.name, *ep, opts);
-  if (!got.listener) return "listener \"" + l.name + "\" " + l.address.text() + ": " + got.error;
+  const std::size_t workers = rt_.exec().config().worker_threads;
+  io::ListeningGroup got = io::listen_group(rt_.context(), inherited_, l.name, *ep, opts, workers);
+  if (got.listeners.empty()) return "listener \"" + l.name + "\" " + l.address.text() + ": " + got.error;
+  if (!got.note.empty()) {
+    SG_LOG_WARN("listener {} on {}: reuse_port: {} of {} sockets (one per worker): {}", l.name, l.address.text(),
+                got.listeners.size(), workers, got.note);
+  }
   auto ls = std::make_shared<ListenerState>();
   ls->gateway = this;
   ls->key = listener_key(l);
   ls->address = l.address.text();
-  ls->bound_port = got.listener->local_endpoint().port();
+  ls->bound_port = got.listeners.front().local_endpoint().port();
   ls->inherited = got.inherited;
-  ls->listener.emplace(std::move(*got.listener));
+  ls->sockets = std::move(got.listeners);
   out = std::move(ls);
   return "";
 }
 
 void Gateway::start_accepting(const std::shared_ptr<ListenerState>& ls) {
-  ls->accept_task = rt_.handle().spawn(accept_loop(*this, ls), {exec::TaskKind::kListener, ls->address});
+  if (ls->sockets.size() == 1) {
+    ls->accept_tasks.push_back(
+        rt_.handle().spawn(accept_loop(*this, ls, ls->sockets.front()), {exec::TaskKind::kListener, ls->address}));
+    return;
+  }
+  // A socket per worker (reuse_port): its loop stays on that worker, so a connection the
+  // kernel queued on it starts there, and its readiness wait sits on that worker's ring
+  // (io_uring). One loop for the whole listener waits on one ring: a new connection then
+  // waits for that worker while it is busy (a TLS handshake: ~300 us), even when the
+  // other is idle, and the connections it accepts are stolen by a woken worker.
+  const std::size_t workers = rt_.exec().config().worker_threads;
+  for (std::size_t i = 0; i < ls->sockets.size(); ++i) {
+    ls->accept_tasks.push_back(rt_.handle().spawn_pinned(
+        i % workers, accept_loop(*this, ls, ls->sockets[i]),
+        {exec::TaskKind::kListener, ls->address + " #" + std::to_string(i + 1)}));
+  }
 }
+
+namespace {
+void close_sockets(ListenerState& ls) {
+  for (io::TcpListener& s : ls.sockets) s.close();
+}
+}  // namespace
 
 void Gateway::stop_listener(const std::shared_ptr<ListenerState>& ls) {
   ls->stopping.store(true, std::memory_order_release);
-  if (ls->accept_task.valid()) {
-    ls->accept_task.cancel();
-    ls->accept_task.wait();  // the accept loop no longer touches the socket
-  }
-  if (ls->listener) ls->listener->close();
+  for (exec::JoinHandle<void>& t : ls->accept_tasks) t.cancel();
+  for (exec::JoinHandle<void>& t : ls->accept_tasks) t.wait();  // no accept loop touches a socket
+  ls->accept_tasks.clear();
+  close_sockets(*ls);
 }
 
 namespace {
 void log_listening(const Snapshot& snap, const ListenerState& ls) {
   const config::ListenerSection* l = snap.listener(ls.key);
-  SG_LOG_INFO("listener {} on {} (port {}){}{}", l->name, ls.address, ls.bound_port,
-              ls.inherited ? " on an inherited socket" : "", l->tls ? ", TLS" : "");
+  const std::string sockets =
+      ls.sockets.size() > 1 ? ", " + std::to_string(ls.sockets.size()) + " sockets (reuse_port)" : "";
+  SG_LOG_INFO("listener {} on {} (port {}){}{}{}", l->name, ls.address, ls.bound_port,
+              ls.inherited ? " on an inherited socket" : "", sockets, l->tls ? ", TLS" : "");
 }
 }  // namespace
 
@@ -253,7 +280,7 @@ std::string Gateway::start(std::shared_ptr<const config::Config> cfg) {
   for (const auto& l : cfg->listeners) {
     std::shared_ptr<ListenerState> ls;
     if (std::string err = bind_listener(l, ls); !err.empty()) {
-      for (auto& b : bound) b->listener->close();
+      for (auto& b : bound) close_sockets(*b);
       return err;
     }
     bound.push_back(ls);
@@ -288,7 +315,7 @@ std::string Gateway::reload(std::shared_ptr<const config::Config> cfg) {
     }
   }
   if (!err.empty()) {
-    for (auto& a : added) a->listener->close();
+    for (auto& a : added) close_sockets(*a);
     stats_.reloads_failed.fetch_add(1, std::memory_order_relaxed);
     return err;
   }

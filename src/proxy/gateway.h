@@ -67,10 +67,12 @@ struct ListenerState {
   Gateway* gateway = nullptr;  // the owner (what a connection reaches through its listener)
   std::string key;      // listener_key(): identity across reloads
   std::string address;  // host:port as configured
-  std::optional<io::TcpListener> listener;
+  // One socket, or with reuse_port one per worker (io::listen_group), each with an accept
+  // loop of its own pinned to a worker. Filled before the loops start, never resized.
+  std::vector<io::TcpListener> sockets;
   uint16_t bound_port = 0;
   bool inherited = false;  // adopted from socket activation instead of bound here
-  exec::JoinHandle<void> accept_task;
+  std::vector<exec::JoinHandle<void>> accept_tasks;
   std::atomic<bool> stopping{false};
   exec::Notify slot_freed;  // a connection closed (for on_max_connections: backlog)
   ListenerStats stats;

@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <utility>
 
 #include "common/log.h"
 #include "exec/burst_task.h"
@@ -348,21 +349,55 @@ static_assert(sizeof(exec::BurstTask<Connection>) <= 384);
 
 }  // namespace
 
-exec::Task<void> accept_loop(Gateway& gw, std::shared_ptr<ListenerState> ls) {
+namespace {
+
+using Accepted = Result<std::optional<io::TcpStream>>;
+
+// In backlog mode: the next connection on `socket` when the listener is below
+// `max_conn`, or nullopt to go round the loop again (a slot freed, or nothing was queued
+// after all). The limit is checked between the wait and the accept: a loop that waited
+// inside accept() would take a connection past it once another loop's socket had filled
+// the last slot.
+exec::Task<Accepted> accept_below_limit(ListenerState& ls, io::TcpListener& socket, std::size_t max_conn,
+                                        bool& waited_for_slot, io::tcp::endpoint& peer) {
+  auto full = [&] { return static_cast<std::size_t>(ls.stats.connections_active.load()) >= max_conn; };
+  if (full()) {
+    // Leave excess connections in the kernel backlog until a slot frees up.
+    co_await ls.slot_freed.notified();
+    waited_for_slot = true;
+    co_return std::optional<io::TcpStream>();
+  }
+  // A freed slot wakes one loop. With a socket per worker, the loop that finds the slot
+  // still free passes the wake on: a connection queued on another socket must not wait
+  // for a second slot. (Only below the limit, so two loops at the limit never wake each
+  // other in turn.)
+  if (std::exchange(waited_for_slot, false) && ls.sockets.size() > 1) ls.slot_freed.notify_one();
+  if (std::error_code ec = co_await socket.wait_acceptable()) co_return ec;
+  if (full()) co_return std::optional<io::TcpStream>();
+  co_return socket.try_accept(&peer);
+}
+
+}  // namespace
+
+exec::Task<void> accept_loop(Gateway& gw, std::shared_ptr<ListenerState> ls, io::TcpListener& socket) {
   int backoff_ms = 10;
+  bool waited_for_slot = false;
   for (;;) {
     if (ls->stopping.load(std::memory_order_acquire)) co_return;
     std::shared_ptr<const Snapshot> snap = gw.snapshot();
     const config::ListenerSection* lcfg = snap->listener(ls->key);
     std::size_t max_conn = lcfg != nullptr ? lcfg->max_connections : 10000;
     bool backlog_mode = lcfg != nullptr && lcfg->on_max_connections == config::OverflowAction::kBacklog;
-    if (backlog_mode && static_cast<std::size_t>(ls->stats.connections_active.load()) >= max_conn) {
-      // Leave excess connections in the kernel backlog until a slot frees up.
-      co_await ls->slot_freed.notified();
-      continue;
-    }
     io::tcp::endpoint peer;
-    auto conn = co_await ls->listener->accept({}, &peer);
+    Accepted conn = std::optional<io::TcpStream>();
+    if (backlog_mode) {
+      conn = co_await accept_below_limit(*ls, socket, max_conn, waited_for_slot, peer);
+      if (conn.ok() && !conn->has_value()) continue;
+    } else if (auto one = co_await socket.accept({}, &peer); one.ok()) {
+      conn = std::optional<io::TcpStream>(std::move(*one));
+    } else {
+      conn = one.error();
+    }
     // A connection accepted while the listener stops (drain, restart, upgrade) was taken
     // from the backlog: it is served (registered fresh, so drain answers its first request),
     // never dropped. The loop ends at the top.
@@ -381,9 +416,11 @@ exec::Task<void> accept_loop(Gateway& gw, std::shared_ptr<ListenerState> ls) {
       continue;
     }
     backoff_ms = 10;
-    io::Stream s(std::move(*conn));
+    io::Stream s(std::move(**conn));
     ls->stats.connections_total.fetch_add(1, std::memory_order_relaxed);
-    if (static_cast<std::size_t>(ls->stats.connections_active.load()) >= max_conn) {
+    // (In backlog mode two loops of a socket group that check the limit at the same
+    // moment can both take a connection: the one over the limit is served.)
+    if (!backlog_mode && static_cast<std::size_t>(ls->stats.connections_active.load()) >= max_conn) {
       ls->stats.rejected_max_connections.fetch_add(1, std::memory_order_relaxed);
       // Over the connection limit: a quick 503 and close, off the accept loop. (On a TLS
       // listener only a close: a 503 would cost the handshake the limit is there to spare.)

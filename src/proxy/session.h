@@ -9,7 +9,7 @@
 
 namespace sg::proxy {
 
-// Accept loop of one listener (spawned by the Gateway).
-exec::Task<void> accept_loop(Gateway& gw, std::shared_ptr<ListenerState> ls);
+// The accept loop of one of a listener's sockets (spawned by the Gateway, one per socket).
+exec::Task<void> accept_loop(Gateway& gw, std::shared_ptr<ListenerState> ls, io::TcpListener& socket);
 
 }  // namespace sg::proxy

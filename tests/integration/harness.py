@@ -421,6 +421,31 @@ class Client:
         self.sock.close()
 
 
+def listening_inodes(port, pid=None):
+    """The inodes of the TCP sockets that listen on 127.0.0.1:`port` (/proc/net/tcp), only
+    those process `pid` holds when given."""
+    inodes = set()
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            fields = line.split()
+            if fields[1] == f"0100007F:{port:04X}" and fields[3] == "0A":
+                inodes.add(fields[9])
+    if pid is None:
+        return inodes
+    held = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            held.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except OSError:
+            pass
+    return {i for i in inodes if f"socket:[{i}]" in held}
+
+
+def listening_sockets(port, pid=None):
+    """How many TCP sockets listen on 127.0.0.1:`port`, only those of `pid` when given."""
+    return len(listening_inodes(port, pid))
+
+
 def request_once(port, method, path, headers=None, body=b"", host="test.local", timeout=10, tls=None):
     c = Client(port, timeout=timeout, tls=tls)
     try:

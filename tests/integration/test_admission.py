@@ -354,6 +354,28 @@ class ConnectionLimitTest(GatewayCase):
         held[1].close()
         waiting.close()
 
+    def test_backlog_mode_with_a_socket_per_worker_serves_what_waits_on_either_socket(self):
+        # A freed slot wakes one of the two accept loops; a connection queued on the other
+        # loop's socket must be taken all the same (the kernel picks the socket by hash, so
+        # over 8 rounds each order occurs).
+        gw = self.gateway(limited_config(self.up, listener_extra="    max_connections: 1\n"
+                                         "    on_max_connections: backlog\n    reuse_port: true\n"))
+        gw.wait_log(r"2 sockets \(reuse_port\)")
+        for _ in range(8):
+            held = self.open_served(gw, 1)[0]
+            waiting = Client(gw.port, timeout=5 * TIMEOUT_SCALE)
+            waiting.send(b"GET /slow?ms=1 HTTP/1.1\r\nHost: test.local\r\nConnection: close\r\n\r\n")
+            waiting.sock.settimeout(0.2)
+            with self.assertRaises(socket.timeout):
+                waiting.sock.recv(1)  # not accepted yet: the limit holds
+            held.close()
+            waiting.sock.settimeout(5 * TIMEOUT_SCALE)
+            self.assertEqual(waiting.read_response().status, 200)
+            waiting.close()
+            gw.wait_for(lambda: gw.metric("stealgate_downstream_connections_active", listener="public") == 0,
+                        5 * TIMEOUT_SCALE, "the connections counted out")
+        self.assertEqual(gw.metric("stealgate_downstream_connections_rejected_total", listener="public"), 0)
+
 
 if __name__ == "__main__":
     main()

@@ -15,7 +15,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import TIMEOUT_SCALE, BIN, Client, Stealgate, Upstream, config, main, request_once  # noqa: E402
+from harness import TIMEOUT_SCALE, BIN, Client, Stealgate, Upstream, config, listening_sockets, main, request_once  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 
@@ -191,6 +191,43 @@ class ReloadTest(unittest.TestCase):
         second = self.sg.ports["second"]
         self.assertEqual(request_once(second, "GET", "/b")[0], 200)
         self.assertEqual(keep.request("GET", "/c").status, 200)  # existing connection untouched
+
+
+class SocketPerWorkerTest(unittest.TestCase):
+    """reuse_port: a listening socket per worker, each accepted by a loop pinned to it."""
+
+    def listener_tasks(self, sg):
+        tasks = json.loads(sg.admin_get("/debug/tasks")[2])["tasks"]
+        return sorted((t for t in tasks if t["kind"] == "listener"), key=lambda t: t["name"])
+
+    def test_each_worker_accepts_on_a_socket_of_its_own(self):
+        plain = Stealgate(config(routes=direct_routes()))
+        self.assertEqual(listening_sockets(plain.port, plain.proc.pid), 1)
+        plain.stop()
+        sg = Stealgate(config(listeners="  - name: public\n    address: 127.0.0.1:0\n    reuse_port: true\n",
+                              routes=direct_routes()))
+        sg.wait_log(r"listener public on 127\.0\.0\.1:0 \(port \d+\), 2 sockets \(reuse_port\)")
+        self.assertEqual(listening_sockets(sg.port, sg.proc.pid), 2)
+        # New connections from 100 source ports: the kernel's hash gives each socket some
+        # (all on one: 1 in 2^99), and the loop of each stays on its own worker.
+        for _ in range(100):
+            self.assertEqual(request_once(sg.port, "GET", "/")[0], 200)
+        loops = self.listener_tasks(sg)
+        self.assertEqual([t["name"] for t in loops], ["127.0.0.1:0 #1", "127.0.0.1:0 #2"])
+        self.assertEqual([t["last_worker"] for t in loops], [0, 1])
+        for t in loops:
+            self.assertGreaterEqual(t["wakes"]["io"], 1, t)
+        self.assertEqual(sg.metric("stealgate_downstream_connections_total", listener="public"), 100)
+        # A reload that drops the listener closes both sockets.
+        port = sg.port
+        other = "  - name: other\n    address: 127.0.0.1:0\n"
+        self.assertTrue(sg.reload(config(listeners=other, routes=direct_routes())))
+        sg.wait_for(lambda: listening_sockets(port, sg.proc.pid) == 0, 5 * TIMEOUT_SCALE, "a socket still listens")
+        sg.stop()
+
+
+def direct_routes():
+    return "  - name: hello\n    match: { path: / }\n    direct_response: { status: 200, body: hi }\n"
 
 
 class DrainTest(unittest.TestCase):

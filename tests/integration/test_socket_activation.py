@@ -12,12 +12,20 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import TIMEOUT_SCALE, Client, Stealgate, Upstream, config, main, request_once  # noqa: E402
+from harness import TIMEOUT_SCALE, Client, Stealgate, Upstream, config, listening_sockets, main, request_once  # noqa: E402
 
 
 def listening_socket():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
+    s.listen(128)
+    return s
+
+
+def reuse_port_socket(port=0):
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    s.bind(("127.0.0.1", port))
     s.listen(128)
     return s
 
@@ -156,6 +164,31 @@ class SocketActivationTest(unittest.TestCase):
         self.assertEqual(request_once(second_port, "GET", "/")[0], 200)
         self.assertTrue(sg.reload(gateway_config(port_of(public))))
         sg.wait_for(lambda: _refused(second_port), 5 * TIMEOUT_SCALE, "the removed listener still accepts")
+        self.assertEqual(request_once(port_of(public), "GET", "/")[0], 200)
+        sg.stop()
+
+    def test_reuse_port_listener_adopts_every_inherited_socket_on_its_address(self):
+        first = reuse_port_socket()
+        second = reuse_port_socket(port_of(first))
+        self.socks += [first, second]
+        port = port_of(first)
+        sg = Stealgate(gateway_config(port, listeners_extra="    reuse_port: true\n"),
+                       inherit=[("public", first), ("public", second)])
+        sg.wait_log(r"listener public on \S+ \(port \d+\) on an inherited socket, 2 sockets \(reuse_port\)")
+        # Both adopted, none bound beside them (that would make three).
+        self.assertEqual(listening_sockets(port), 2)
+        self.assertEqual(listening_sockets(port, sg.proc.pid), 2)
+        for _ in range(20):
+            self.assertEqual(request_once(port, "GET", "/")[0], 200)
+        sg.stop()
+
+    def test_reuse_port_beside_an_inherited_socket_without_it_keeps_that_one_socket(self):
+        public = self.sock()  # no SO_REUSEPORT: nothing can bind beside it
+        sg = Stealgate(gateway_config(port_of(public), listeners_extra="    reuse_port: true\n"),
+                       inherit=[("public", public)])
+        sg.wait_log(r"listener public on \S+: reuse_port: 1 of 2 sockets \(one per worker\): cannot bind another "
+                    r"socket beside it: Address already in use \(.*ReusePort=yes\)")
+        self.assertEqual(listening_sockets(port_of(public)), 1)
         self.assertEqual(request_once(port_of(public), "GET", "/")[0], 200)
         sg.stop()
 

@@ -16,7 +16,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import BIN, SANITIZER_MARKERS, TIMEOUT_SCALE, Client, Stealgate, Upstream, config, main, request_once  # noqa: E402
+from harness import BIN, SANITIZER_MARKERS, TIMEOUT_SCALE, Client, Stealgate, Upstream, config, listening_inodes, main, request_once  # noqa: E402
 
 # The new process outlives the old one, its parent: as a subreaper this test process
 # inherits it, so its exit status can be checked like any child's.
@@ -24,8 +24,8 @@ PR_SET_CHILD_SUBREAPER = 36
 ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
-def upgrade_config(up):
-    return config(clusters=f"  - name: app\n    endpoints: [{up.address}]\n",
+def upgrade_config(up, listeners=None):
+    return config(listeners=listeners, clusters=f"  - name: app\n    endpoints: [{up.address}]\n",
                   routes="  - name: hello\n    match: { path: / }\n    direct_response: { status: 200, body: hi }\n"
                          "  - name: app\n    match: { path_prefix: /slow }\n    cluster: app\n    timeout: 10s\n",
                   logging="access_log: { enabled: false }", extra="drain_timeout: 30s\n")
@@ -162,6 +162,30 @@ class BinaryUpgradeTest(unittest.TestCase):
         out = "\n".join(sg.logs())
         self.assertEqual(sum(l.endswith(" stopped") for l in sg.logs()), 2, "both processes logged their clean stop")
         self.assertFalse([m for m in SANITIZER_MARKERS if m in out], out[-3000:])
+
+    def test_upgrade_hands_over_every_socket_of_a_reuse_port_listener(self):
+        sg = Stealgate(upgrade_config(self.up, "  - name: public\n    address: 127.0.0.1:0\n    reuse_port: true\n"))
+        port = sg.port
+        handed = listening_inodes(port, sg.proc.pid)
+        self.assertEqual(len(handed), 2)
+        load = Load(port)
+        sg.wait_for(lambda: load.counts["ok"] >= 100, 5 * TIMEOUT_SCALE, "the load did not start")
+        sg.proc.send_signal(signal.SIGUSR2)
+        sg.wait_log(r"binary upgrade: new process \d+ is serving", 10 * TIMEOUT_SCALE)
+        pid = new_pid(sg)
+        self.addCleanup(kill_if_alive, pid)
+        sg.stop(timeout=30 * TIMEOUT_SCALE)
+        # The new process holds the very sockets the old one had (a connection queued on
+        # either must reach it), and bound none beside them.
+        sg.wait_log(r"listener public on \S+ \(port \d+\) on an inherited socket, 2 sockets \(reuse_port\)")
+        self.assertEqual(listening_inodes(port), handed)
+        self.assertEqual(listening_inodes(port, pid), handed)
+        served = load.counts["ok"]
+        until(lambda: load.counts["ok"] >= served + 100, 5 * TIMEOUT_SCALE, "the new process serves nothing")
+        load.finish()
+        self.assertEqual(load.counts["refused"], 0, load.counts)
+        self.assertEqual(load.counts["error"], 0, f"{load.counts} {load.errors[:5]}")
+        self.assertEqual(stop_successor(pid), 0)
 
     def test_new_config_that_does_not_load_keeps_the_old_process_serving(self):
         sg = Stealgate(upgrade_config(self.up))
