@@ -299,6 +299,17 @@ std::string Gateway::start(std::shared_ptr<const config::Config> cfg) {
   return "";
 }
 
+namespace {
+// A listener keeps its sockets across a reload, and with them the settings they were made
+// with: say so when the new config changes one.
+void warn_socket_settings_kept(const config::ListenerSection* was, const config::ListenerSection& now) {
+  if (was == nullptr || (was->backlog == now.backlog && was->reuse_port == now.reuse_port)) return;
+  SG_LOG_WARN("listener {}: backlog and reuse_port are settings of its sockets, which a reload keeps; the new "
+              "values take effect at a restart or binary upgrade",
+              now.name);
+}
+}  // namespace
+
 std::string Gateway::reload(std::shared_ptr<const config::Config> cfg) {
   std::lock_guard lk(control_mu_);
   if (draining()) return "shutting down";
@@ -306,8 +317,12 @@ std::string Gateway::reload(std::shared_ptr<const config::Config> cfg) {
   std::string err = build_snapshot(cfg, snap);
   std::vector<std::shared_ptr<ListenerState>> added;
   if (err.empty()) {
+    const std::shared_ptr<const Snapshot> old = snapshot();
     for (const auto& l : cfg->listeners) {
-      if (listeners_.count(listener_key(l)) != 0) continue;  // unchanged: keep the socket
+      if (listeners_.count(listener_key(l)) != 0) {  // unchanged address: keep the sockets
+        warn_socket_settings_kept(old->listener(listener_key(l)), l);
+        continue;
+      }
       std::shared_ptr<ListenerState> ls;
       err = bind_listener(l, ls);
       if (!err.empty()) break;

@@ -218,6 +218,11 @@ class SocketPerWorkerTest(unittest.TestCase):
         for t in loops:
             self.assertGreaterEqual(t["wakes"]["io"], 1, t)
         self.assertEqual(sg.metric("stealgate_downstream_connections_total", listener="public"), 100)
+        # Turning reuse_port off by reload keeps the sockets, and says so.
+        self.assertTrue(sg.reload(config(routes=direct_routes())))
+        sg.wait_log(r"listener public: backlog and reuse_port are settings of its sockets, which a reload keeps")
+        self.assertEqual(listening_sockets(sg.port, sg.proc.pid), 2)
+        self.assertEqual(request_once(sg.port, "GET", "/")[0], 200)
         # A reload that drops the listener closes both sockets.
         port = sg.port
         other = "  - name: other\n    address: 127.0.0.1:0\n"
