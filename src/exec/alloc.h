@@ -8,14 +8,14 @@
 // Scheme (mimalloc-style "delayed free"): each thread that allocates owns a cache; every
 // block carries a 16-byte header naming its owner cache (fixed for the block's lifetime).
 // Blocks are carved from 16 KiB slabs, each its own anonymous mapping (alloc.cpp says why
-// not malloc): freed by its owner, a block goes onto the owner's
-// local free list (plain pointers); freed by any other thread, it is pushed onto the
-// owner's per-class remote stack with one CAS, and the owner takes the whole stack with
-// one exchange when its local list runs dry. Memory held is thus bounded by the peak
-// number of live tasks/frames per thread; task_cache_trim() (a worker that has been idle
-// a while) unmaps the slabs whose blocks are all free, so a spike's frames
-// do not stay resident for the life of the process. A thread's cache, with its blocks, is
-// retired when the thread exits and adopted by the next new thread.
+// not malloc): freed by its owner, a block goes onto the owner's local free list (plain
+// pointers); freed by any other thread, it is pushed onto the owner's per-class remote
+// stack with one CAS, and the owner takes the whole stack with one exchange when its
+// local list runs dry. Memory held is thus bounded by the peak number of live
+// tasks/frames per thread; task_cache_trim() (a worker that has been idle a while) unmaps
+// the slabs whose blocks are all free, so a spike's frames do not stay resident for the
+// life of the process. A thread's cache, with its blocks, is retired when the thread
+// exits and adopted by the next new thread.
 // Allocations above 8 KiB, and all allocations under AddressSanitizer (so use-after-free
 // stays detectable), go to malloc.
 //
@@ -41,7 +41,7 @@ inline constexpr std::size_t kAllocLargeStep = 256;
 inline constexpr std::size_t kAllocMaxPooled = 8 * 1024;
 inline constexpr std::size_t kAllocClasses =
     kAllocSmallClasses + (kAllocMaxPooled - kAllocSmallClasses * kAllocClassBytes) / kAllocLargeStep;
-inline constexpr std::size_t kAllocSlabBytes = 16 * 1024;  // one malloc per slab of blocks
+inline constexpr std::size_t kAllocSlabBytes = 16 * 1024;  // one mapping per slab of blocks
 
 void* task_alloc(std::size_t bytes);
 // Unmaps the calling thread's completely free slabs; returns their bytes.
