@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <vector>
@@ -358,7 +359,81 @@ Result<TcpListener> TcpListener::adopt(IoContext io, int fd) {
   return TcpListener(std::move(*s), io);
 }
 
+namespace {
+
+// A kernel that refuses multishot accepts (before 5.19: EINVAL) is told once; listeners
+// then wait for readability, as on epoll.
+std::atomic<bool> ring_accepts_refused{false};
+
+bool ring_accept_error_is_transient(int e) { return e == ECANCELED || e == ECONNABORTED || e == EINTR; }
+
+// Waits for the multishot accept `op` to queue a connection or end, or for the deadline:
+// a dropped or timed-out wait only disarms it (what it accepts stays queued).
+struct AcceptsAwaiter {
+  UringOp* op;
+  Deadline deadline;
+  exec::TimerEntry timer{};
+  bool armed = false;
+
+  AcceptsAwaiter(UringOp* o, Deadline dl) : op(o), deadline(dl) {}
+  AcceptsAwaiter(const AcceptsAwaiter&) = delete;
+  AcceptsAwaiter& operator=(const AcceptsAwaiter&) = delete;
+  ~AcceptsAwaiter() { stop(); }
+
+  bool await_ready() const noexcept { return false; }
+  void await_suspend(std::coroutine_handle<> h) {
+    exec::Waker w = exec::arm_wait(h);
+    if (deadline.is_set()) arm_deadline(timer, deadline, w.clone());
+    retain(op);  // the listener may close while we wait
+    armed = true;
+    arm_accepts(op, std::move(w), kTagReady);
+  }
+  std::error_code await_resume() {
+    const exec::WaitResult r = exec::last_wait_result();
+    stop();
+    if (r.value == kTagTimer && r.code == 0) return std::make_error_code(std::errc::timed_out);
+    return r.ec();
+  }
+  void stop() noexcept {
+    timer.cancel();
+    if (!std::exchange(armed, false)) return;
+    disarm_receive(op);
+    release(op);
+  }
+};
+
+}  // namespace
+
+Result<std::optional<TcpStream>> TcpListener::adopt_accepted(int fd, tcp::endpoint* peer) {
+  tcp::endpoint from;
+  if (peer != nullptr) {
+    socklen_t len = static_cast<socklen_t>(from.capacity());
+    if (::getpeername(fd, from.data(), &len) != 0) {
+      ::close(fd);  // reset before we looked (ENOTCONN): nobody to serve
+      return std::optional<TcpStream>();
+    }
+    from.resize(len);
+  }
+  auto s = Socket::adopt(io_, fd);  // closes fd on failure
+  if (!s.ok()) return s.error();
+  if (peer != nullptr) *peer = from;
+  return std::optional<TcpStream>(TcpStream(std::move(*s)));
+}
+
 Result<std::optional<TcpStream>> TcpListener::try_accept(tcp::endpoint* peer) {
+  if (UringOp*& op = sock_.receive_op(); op != nullptr) {
+    const Accepted a = take_accepted(op);
+    if (a.fd >= 0) return adopt_accepted(a.fd, peer);
+    if (!a.ended) return std::optional<TcpStream>();
+    release(std::exchange(op, nullptr));
+    if (a.error == -EINVAL) {
+      ring_accepts_refused.store(true, std::memory_order_relaxed);
+    } else if (a.error != 0 && !ring_accept_error_is_transient(-a.error)) {
+      return std::error_code{-a.error, std::system_category()};  // EMFILE and the like
+    }
+    // Ended: what queued in the kernel since is taken below, and the next wait starts
+    // another.
+  }
   for (;;) {
     // accept4 reports the peer's address, which also gives the family: no getsockname or
     // getpeername per connection.
@@ -380,19 +455,54 @@ Result<std::optional<TcpStream>> TcpListener::try_accept(tcp::endpoint* peer) {
 }
 
 exec::Task<std::error_code> TcpListener::wait_acceptable(Deadline dl) {
+  if (UringOp* op = sock_.receive_op(); op != nullptr) {
+    // Switching to taking connections one by one: the ring stops taking them.
+    stop_accepts(op);
+    co_return co_await AcceptsAwaiter(op, dl);
+  }
   co_return co_await wait_ready(sock_, Interest::kRead, dl);
 }
 
+exec::Task<std::error_code> TcpListener::wait_accepted(Deadline dl) {
+  UringOp*& op = sock_.receive_op();
+  UringDriver* ring = sock_.reactor_handle() == nullptr ? current_ring() : nullptr;
+  if (op == nullptr && (ring == nullptr || !sock_.is_open() || ring_accepts_refused.load(std::memory_order_relaxed))) {
+    co_return co_await wait_ready(sock_, Interest::kRead, dl);
+  }
+  if (op == nullptr) op = ring->start_accepts(sock_.native_handle());  // the socket's reference
+  co_return co_await AcceptsAwaiter(op, dl);
+}
+
 exec::Task<Result<TcpStream>> TcpListener::accept(Deadline dl, tcp::endpoint* peer) {
+  // The budget is spent before a connection is taken, not after: a task dropped at this
+  // yield holds no connection.
+  co_await SpendBudget{};
   for (;;) {
     auto got = try_accept(peer);
     if (!got.ok()) co_return got.error();
-    if (got->has_value()) {
-      co_await SpendBudget{};
-      co_return std::move(**got);
-    }
-    if (std::error_code ec = co_await wait_ready(sock_, Interest::kRead, dl)) co_return ec;
+    if (got->has_value()) co_return std::move(**got);
+    if (std::error_code ec = co_await wait_accepted(dl)) co_return ec;
   }
+}
+
+exec::Task<std::vector<TcpListener::TakenConnection>> TcpListener::stop_accepting() {
+  std::vector<TakenConnection> out;
+  UringOp*& op = sock_.receive_op();
+  if (op == nullptr) co_return out;
+  stop_accepts(op);
+  for (;;) {
+    const Accepted a = take_accepted(op);
+    if (a.ended) break;
+    if (a.fd < 0) {
+      co_await AcceptsAwaiter(op, {});
+      continue;
+    }
+    tcp::endpoint peer;
+    auto got = adopt_accepted(a.fd, &peer);
+    if (got.ok() && got->has_value()) out.push_back({std::move(**got), peer});
+  }
+  release(std::exchange(op, nullptr));
+  co_return out;
 }
 
 }  // namespace sg::io

@@ -5,7 +5,9 @@
 // (wait_ready). On io_uring a read that finds nothing waits with the socket's receive
 // (io/uring.h) and copies what it brought (a read after one that filled its buffer tries
 // recv first: a body streams); a write under 8 KiB is a send on the ring that owns a copy
-// of its bytes (bigger ones are sendmsg, as on epoll); connect is a ring operation. Each completed operation spends one unit of the task's coop budget.
+// of its bytes (bigger ones are sendmsg, as on epoll); connect is a ring operation, and a
+// listener's accepts are one multishot accept it keeps (io/uring.h). Each completed
+// operation spends one unit of the task's coop budget.
 // Deadlines are absolute (io::Deadline); an expired wait yields errc::timed_out and
 // leaves the socket usable (e.g. to write a 408 before closing).
 #pragma once
@@ -15,6 +17,8 @@
 #include <span>
 #include <string_view>
 #include <system_error>
+#include <utility>
+#include <vector>
 
 #include "common/result.h"
 #include "exec/coro.h"
@@ -103,15 +107,28 @@ class TcpListener {
 
   // Accepts one connection. Accepted streams have TCP_NODELAY on (inherited from the
   // listening socket, so no per-connection setsockopt). `peer`, when given, receives the
-  // peer's address as accept reported it (a stream does not keep it: 32 bytes for the
-  // connection's life). EMFILE/ENFILE and other resource errors come back as errors (the
-  // caller backs off); the listener stays usable.
+  // peer's address (a stream does not keep it: 32 bytes for the connection's life).
+  // EMFILE/ENFILE and other resource errors come back as errors (the caller backs off);
+  // the listener stays usable. On io_uring the first wait starts the listener's multishot
+  // accept, which then takes every connection as it comes (io/uring.h); a task dropped
+  // while it waits leaves it running, and loses no connection. One accepting task at a time.
   exec::Task<Result<TcpStream>> accept(Deadline dl = {}, tcp::endpoint* peer = nullptr);
   // The two halves of accept(), for a caller that decides between them whether to take a
   // connection at all (a connection limit): wait until a connection is queued (or the
-  // deadline passes), and take one if there is one (nullopt: none queued).
+  // deadline passes), and take one if there is one (nullopt: none queued). They leave
+  // connections in the kernel's backlog: wait_acceptable() stops a multishot accept that
+  // accept() left running (try_accept() still yields what it took).
   exec::Task<std::error_code> wait_acceptable(Deadline dl = {});
   Result<std::optional<TcpStream>> try_accept(tcp::endpoint* peer = nullptr);
+  // io_uring: stops the multishot accept and waits for its last completion, yielding the
+  // connections it took that no accept() took (they are the listener's: a listener that
+  // stops, to drain or hand its socket to a new process, serves them). Afterwards the
+  // listener takes no connection from the kernel until the next accept(). Nothing on epoll.
+  struct TakenConnection {
+    TcpStream stream;
+    tcp::endpoint peer;
+  };
+  exec::Task<std::vector<TakenConnection>> stop_accepting();
   tcp::endpoint local_endpoint() const { return sock_.local_endpoint(); }
   void close() { sock_.close(); }
   bool is_open() const { return sock_.is_open(); }
@@ -119,7 +136,12 @@ class TcpListener {
 
  private:
   TcpListener(Socket s, IoContext io) : sock_(std::move(s)), io_(io) {}
-  Socket sock_;
+  // Waits for a connection: the multishot accept's next one on io_uring, readability on
+  // epoll.
+  exec::Task<std::error_code> wait_accepted(Deadline dl);
+  // A descriptor the multishot accept took, as a stream (nullopt: the peer has gone).
+  Result<std::optional<TcpStream>> adopt_accepted(int fd, tcp::endpoint* peer);
+  Socket sock_;  // on io_uring, its receive_op() is the multishot accept
   IoContext io_;  // where accepted sockets go
 };
 

@@ -33,6 +33,17 @@ constexpr int kBufferGroup = 0;
 
 thread_local UringDriver* tl_ring = nullptr;
 
+// What follows a multishot accept: the descriptors its completions brought that the
+// listener has not taken yet (fds[head..]), under the operation's lock. A vector that
+// only ever grows to the largest burst the ring accepted between two takes.
+struct AcceptQueue {
+  std::vector<int> fds;
+  std::size_t head = 0;
+  bool cancel_sent = false;
+};
+
+AcceptQueue& accept_queue(UringOp* op) { return *reinterpret_cast<AcceptQueue*>(op + 1); }
+
 UringOp* new_op(std::size_t extra = 0) {
   void* p = exec::task_alloc(sizeof(UringOp) + extra);
   auto* op = new (p) UringOp();
@@ -49,6 +60,12 @@ void release(UringOp* op) noexcept {
   // (a receive's result and buffer, written by the ring's thread).
   if (op->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   if (op->buffer >= 0) op->ring->recycle(op->buffer);
+  if (op->accepts) {
+    // Connections accepted that nobody took (the listener closed): closed, not leaked.
+    AcceptQueue& q = accept_queue(op);
+    for (std::size_t i = q.head; i < q.fds.size(); ++i) ::close(q.fds[i]);
+    q.~AcceptQueue();
+  }
   const std::size_t bytes = sizeof(UringOp) + op->extra;
   op->~UringOp();
   exec::task_free(op, bytes);
@@ -274,6 +291,57 @@ UringOp* UringDriver::start_connect(int fd, const sockaddr* addr, socklen_t len,
   return op;
 }
 
+UringOp* UringDriver::start_accepts(int fd) {
+  UringOp* op = new_waited_op(sizeof(AcceptQueue), {}, 0);
+  op->accepts = true;
+  new (op + 1) AcceptQueue{};
+  io_uring_sqe* e = sqe();
+  // No address: one buffer would be shared by every accept of the operation (the caller
+  // asks getpeername instead).
+  io_uring_prep_multishot_accept(e, fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  io_uring_sqe_set_data(e, op);
+  return op;
+}
+
+Accepted take_accepted(UringOp* op) noexcept {
+  std::lock_guard lk(op->lock);
+  AcceptQueue& q = accept_queue(op);
+  if (q.head < q.fds.size()) {
+    const int fd = q.fds[q.head++];
+    if (q.head == q.fds.size()) {
+      q.fds.clear();
+      q.head = 0;
+    }
+    return {fd, false, 0};
+  }
+  // Relaxed: `completed` and `res` are written under the lock held here.
+  if (op->completed.load(std::memory_order_relaxed)) return {-1, true, op->res};
+  return {};
+}
+
+void arm_accepts(UringOp* op, exec::Waker w, std::size_t tag) noexcept {
+  {
+    std::lock_guard lk(op->lock);
+    AcceptQueue& q = accept_queue(op);
+    if (q.head == q.fds.size() && !op->completed.load(std::memory_order_relaxed)) {
+      op->waker = std::move(w);
+      op->tag = tag;
+      return;
+    }
+  }
+  std::move(w).wake({std::error_code{}, tag}, exec::ScheduleKind::kDriver);  // already there
+}
+
+void stop_accepts(UringOp* op) noexcept {
+  {
+    std::lock_guard lk(op->lock);
+    AcceptQueue& q = accept_queue(op);
+    if (q.cancel_sent || op->completed.load(std::memory_order_relaxed)) return;
+    q.cancel_sent = true;
+  }
+  op->ring->cancel(op);
+}
+
 void arm_receive(UringOp* op, exec::Waker w, std::size_t tag) noexcept {
   {
     std::lock_guard lk(op->lock);
@@ -361,17 +429,18 @@ void UringDriver::drain_remote() {
   }
 }
 
+void UringDriver::cancel(UringOp* op) {
+  if (on_ring_thread()) {
+    cancels_.fetch_add(1, std::memory_order_relaxed);
+    submit_cancel(op);
+  } else {
+    queue_remote_cancel(op, -1);
+  }
+}
+
 void cancel_and_release(UringOp* op) noexcept {
   if (op == nullptr) return;
-  if (!op->completed.load(std::memory_order_acquire)) {
-    UringDriver* ring = op->ring;
-    if (ring->on_ring_thread()) {
-      ring->cancels_.fetch_add(1, std::memory_order_relaxed);
-      ring->submit_cancel(op);
-    } else {
-      ring->queue_remote_cancel(op, -1);
-    }
-  }
+  if (!op->completed.load(std::memory_order_acquire)) op->ring->cancel(op);
   release(op);
 }
 
@@ -389,7 +458,44 @@ void cancel_and_close(UringOp* op, int fd) noexcept {
   release(op);
 }
 
+void UringDriver::complete_accept(UringOp* op, int res, uint32_t flags) {
+  // Every completion but the last (IORING_CQE_F_MORE) carries a descriptor; the last may
+  // carry one too, or the error that ended it (a cancel: ECANCELED; EMFILE; EINVAL from a
+  // kernel without multishot accepts, before 5.19).
+  const bool last = (flags & IORING_CQE_F_MORE) == 0;
+  exec::Waker w;
+  std::size_t tag;
+  bool full = false;
+  {
+    std::lock_guard lk(op->lock);
+    AcceptQueue& q = accept_queue(op);
+    if (res >= 0) q.fds.push_back(res);
+    // A listener that does not keep up (its task starved, or stopped at a connection
+    // limit) leaves the rest in the kernel's backlog, which is bounded, instead of
+    // descriptors piling up here: the ring stops taking them. The next accept takes
+    // what is queued, then from the kernel, and starts another.
+    if (!last && !q.cancel_sent && q.fds.size() - q.head >= kMaxAcceptsQueued) full = q.cancel_sent = true;
+    w = std::move(op->waker);
+    tag = op->tag;
+    if (last) {
+      op->res = res < 0 ? res : 0;
+      op->completed.store(true, std::memory_order_release);
+    }
+  }
+  if (full) cancel(op);
+  // The wake only says "look": the descriptor or the end is read from the operation.
+  if (w) std::move(w).wake({std::error_code{}, tag}, exec::ScheduleKind::kDriver);
+  if (last) {
+    in_flight_.fetch_sub(1, std::memory_order_relaxed);
+    release(op);
+  }
+}
+
 void UringDriver::complete(UringOp* op, int res, uint32_t flags) {
+  if (op->accepts) {
+    complete_accept(op, res, flags);
+    return;
+  }
   in_flight_.fetch_sub(1, std::memory_order_relaxed);
   op->res = res;
   if ((flags & IORING_CQE_F_BUFFER) != 0) {

@@ -43,6 +43,17 @@
 // and starves the other sockets of the worker; one receive per wait costs one SQE, and SQEs
 // are submitted in batches, so it costs no syscall.
 //
+// Accepts: a listener's accepts on io_uring are one multishot accept (IORING_OP_ACCEPT with
+// IORING_ACCEPT_MULTISHOT), started by its first wait and kept, like a stream's receive, by
+// its socket (Socket::receive_op): every connection the kernel completes is accepted by the
+// ring and its descriptor queued in the operation until the listener takes it, so a busy
+// listener costs no accept4 of its own and no EAGAIN one either (0.7 per connection in the
+// close scenario), only a getpeername (a multishot accept reports no peer address). A wait
+// that stops waiting only disarms it. Stopping it (stop_accepts, or the ring itself when
+// kMaxAcceptsQueued wait untaken) cancels it; the connections queued before its last
+// completion are still the listener's to take, and the ones nobody takes are closed with
+// the operation.
+//
 // Cancellation: a wait that lost a race (its deadline fired, or the other socket of an
 // either-wait) or whose task was dropped cancels its operation (IORING_OP_ASYNC_CANCEL by
 // user_data). An operation is reference-counted (its ring's reference until the final
@@ -89,6 +100,9 @@ struct UringOp {
   // A receive's result, written before `completed` is released: bytes (or 0 at EOF, or
   // -errno), the provided buffer holding them (-1: none) and how many were taken.
   bool receive = false;
+  // A multishot accept: its queue of accepted descriptors follows the operation
+  // (accept_queue(), under `lock`); `res` is its final result once `completed`.
+  bool accepts = false;
   uint32_t extra = 0;  // bytes allocated after the operation (a send's copy of its data)
   int res = 0;
   int buffer = -1;
@@ -111,6 +125,20 @@ void release(UringOp* op) noexcept;
 // its result kept in `op`).
 void arm_receive(UringOp* op, exec::Waker w, std::size_t tag) noexcept;
 void disarm_receive(UringOp* op) noexcept;
+// A listener's multishot accept (UringDriver::start_accepts). take_accepted() takes the
+// next descriptor it queued (the caller owns it), or says there is none yet, or that the
+// operation has ended (its error, 0 when it ended without one) and queues no more.
+// arm_accepts() makes `w` its waiter until the next descriptor or its end (at once when
+// either is there); disarm_receive() stops waiting. One waiter at a time. stop_accepts()
+// cancels it (from any thread; once).
+struct Accepted {
+  int fd = -1;         // >= 0: a connection
+  bool ended = false;  // no connection, and none will come: `error` says why
+  int error = 0;       // -errno, or 0
+};
+Accepted take_accepted(UringOp* op) noexcept;
+void arm_accepts(UringOp* op, exec::Waker w, std::size_t tag) noexcept;
+void stop_accepts(UringOp* op) noexcept;
 // The received bytes of a completed receive not taken yet.
 std::span<const char> received_bytes(const UringOp* op) noexcept;
 
@@ -155,11 +183,19 @@ class UringDriver final : public exec::Driver {
   // Starts a connect of `fd` to `addr` (copied into the operation), waking `w` with `tag`
   // when the handshake is done (op->res: 0 or -errno). Only from the ring's worker thread.
   UringOp* start_connect(int fd, const sockaddr* addr, socklen_t len, exec::Waker w, std::size_t tag);
+  // Starts a multishot accept on the listening socket `fd` (non-blocking, close-on-exec
+  // descriptors), with no waiter yet (arm_accepts). Only from the ring's worker thread.
+  // Returns the operation, holding the caller's reference.
+  UringOp* start_accepts(int fd);
   // Closes `fd` with the next batch of submissions (IORING_OP_CLOSE: no syscall of its
   // own). Only from the ring's worker thread; false once the ring has shut down (the
   // caller closes it then).
   bool close_later(int fd);
 
+  // Connections a multishot accept holds for its listener before it stops taking more
+  // (those the kernel completed before the cancel reached it still arrive; see
+  // complete_accept).
+  static constexpr std::size_t kMaxAcceptsQueued = 256;
   static constexpr unsigned kReceiveBuffers = 256;         // per ring, at most
   static constexpr unsigned kInitialReceiveBuffers = 32;   // provided when the ring starts
   // The ring doubles at a shortage that is at least the kGrowAfterShortages-th, and at
@@ -193,6 +229,7 @@ class UringDriver final : public exec::Driver {
   friend void cancel_and_close(UringOp* op, int fd) noexcept;
   friend void release(UringOp* op) noexcept;
   friend std::span<const char> received_bytes(const UringOp* op) noexcept;
+  friend void stop_accepts(UringOp* op) noexcept;
   UringDriver() = default;
 
   // An operation (with `extra` bytes after it) that wakes `w` with `tag`, counted in flight.
@@ -216,6 +253,9 @@ class UringDriver final : public exec::Driver {
   void arm_wake_read();
   uint32_t reap(uint32_t max_events);
   void complete(UringOp* op, int res, uint32_t flags);
+  void complete_accept(UringOp* op, int res, uint32_t flags);
+  // Cancels `op` from any thread (without dropping a reference).
+  void cancel(UringOp* op);
   void cancel_everything();
 
   io_uring ring_{};

@@ -259,6 +259,11 @@ void Gateway::stop_listener(const std::shared_ptr<ListenerState>& ls) {
   for (exec::JoinHandle<void>& t : ls->accept_tasks) t.cancel();
   for (exec::JoinHandle<void>& t : ls->accept_tasks) t.wait();  // no accept loop touches a socket
   ls->accept_tasks.clear();
+  // On io_uring a socket's multishot accept may hold connections the kernel completed
+  // that no loop took yet: served, not closed (a binary upgrade hands the socket on, and
+  // its backlog with it, but not these).
+  exec::JoinHandle<void> rest = rt_.handle().spawn(serve_taken(*this, ls), {exec::TaskKind::kListener, ls->address});
+  rest.wait();
   close_sockets(*ls);
 }
 

@@ -377,6 +377,46 @@ exec::Task<Accepted> accept_below_limit(ListenerState& ls, io::TcpListener& sock
   co_return socket.try_accept(&peer);
 }
 
+// Over the listener's connection limit: a quick 503 and close, off the accept loop. (On a
+// TLS listener only a close: a 503 would cost the handshake the limit is there to spare.)
+void refuse_over_limit(const Snapshot& snap, const config::ListenerSection* lcfg, io::Stream s) {
+  if (lcfg != nullptr && lcfg->tls) {
+    s.close();
+    return;
+  }
+  LocalReply lr = service_unavailable(snap.config->limits);
+  lr.close = true;
+  exec::spawn_detached(
+      [s = std::move(s), bytes = render_local_reply(lr)]() mutable -> exec::Task<void> {
+    co_await s.write_all(bytes, io::Deadline::after(1s));
+    s.shutdown_write();
+    s.close();
+  },
+      {exec::TaskKind::kConnection, "over max_connections"});
+}
+
+// A connection taken from a listener's socket: served by a task of its own, or refused
+// when the listener is at its limit (backlog mode leaves excess connections in the kernel,
+// so one it took anyway is served).
+void serve_accepted(Gateway& gw, const std::shared_ptr<ListenerState>& ls, const Snapshot& snap,
+                    io::TcpStream conn, const io::tcp::endpoint& peer) {
+  const config::ListenerSection* lcfg = snap.listener(ls->key);
+  const std::size_t max_conn = lcfg != nullptr ? lcfg->max_connections : 10000;
+  const bool backlog_mode = lcfg != nullptr && lcfg->on_max_connections == config::OverflowAction::kBacklog;
+  io::Stream s(std::move(conn));
+  ls->stats.connections_total.fetch_add(1, std::memory_order_relaxed);
+  // (In backlog mode two loops of a socket group that check the limit at the same
+  // moment can both take a connection: the one over the limit is served.)
+  if (!backlog_mode && static_cast<std::size_t>(ls->stats.connections_active.load()) >= max_conn) {
+    ls->stats.rejected_max_connections.fetch_add(1, std::memory_order_relaxed);
+    refuse_over_limit(snap, lcfg, std::move(s));
+    return;
+  }
+  ls->stats.connections_active.fetch_add(1, std::memory_order_relaxed);
+  gw.expect_session();
+  exec::spawn_bursts<Connection>({exec::TaskKind::kConnection, {}}, ls, std::move(s), Peer(peer));
+}
+
 }  // namespace
 
 exec::Task<void> accept_loop(Gateway& gw, std::shared_ptr<ListenerState> ls, io::TcpListener& socket) {
@@ -416,32 +456,17 @@ exec::Task<void> accept_loop(Gateway& gw, std::shared_ptr<ListenerState> ls, io:
       continue;
     }
     backoff_ms = 10;
-    io::Stream s(std::move(**conn));
-    ls->stats.connections_total.fetch_add(1, std::memory_order_relaxed);
-    // (In backlog mode two loops of a socket group that check the limit at the same
-    // moment can both take a connection: the one over the limit is served.)
-    if (!backlog_mode && static_cast<std::size_t>(ls->stats.connections_active.load()) >= max_conn) {
-      ls->stats.rejected_max_connections.fetch_add(1, std::memory_order_relaxed);
-      // Over the connection limit: a quick 503 and close, off the accept loop. (On a TLS
-      // listener only a close: a 503 would cost the handshake the limit is there to spare.)
-      if (lcfg != nullptr && lcfg->tls) {
-        s.close();
-        continue;
-      }
-      LocalReply lr = service_unavailable(snap->config->limits);
-      lr.close = true;
-      exec::spawn_detached(
-          [s = std::move(s), bytes = render_local_reply(lr)]() mutable -> exec::Task<void> {
-        co_await s.write_all(bytes, io::Deadline::after(1s));
-        s.shutdown_write();
-        s.close();
-      },
-          {exec::TaskKind::kConnection, "over max_connections"});
-      continue;
-    }
-    ls->stats.connections_active.fetch_add(1, std::memory_order_relaxed);
-    gw.expect_session();
-    exec::spawn_bursts<Connection>({exec::TaskKind::kConnection, {}}, ls, std::move(s), Peer(peer));
+    serve_accepted(gw, ls, *snap, std::move(**conn), peer);
+  }
+}
+
+exec::Task<void> serve_taken(Gateway& gw, std::shared_ptr<ListenerState> ls) {
+  for (io::TcpListener& socket : ls->sockets) {
+    std::vector<io::TcpListener::TakenConnection> taken = co_await socket.stop_accepting();
+    if (taken.empty()) continue;
+    SG_LOG_DEBUG("listener {}: serving {} connections taken as it stopped", ls->address, taken.size());
+    std::shared_ptr<const Snapshot> snap = gw.snapshot();
+    for (auto& c : taken) serve_accepted(gw, ls, *snap, std::move(c.stream), c.peer);
   }
 }
 

@@ -1,0 +1,120 @@
+// A listener's accepts racing deadlines, steals, drops and stops, on both drivers (run
+// under ThreadSanitizer in the test command). Client threads connect over and over, each
+// connection waiting for the server's one byte. On the server an accepting task waits
+// with deadlines of up to 1.5 ms (a third of them already due) and yields now and then so
+// that thieves take it (on io_uring its multishot accept then completes on another
+// worker's ring), while the test thread drops it mid-wait, stops the listener's accepts
+// (serving what they took) and starts a new accepting task, again and again. Every
+// connection must be answered: none that the ring took is lost or answered twice, and
+// afterwards no operation is left.
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "exec/scheduler.h"
+#include "io/runtime.h"
+#include "io/tcp.h"
+#include "../support/eventually.h"
+#include "../support/io_drivers.h"
+#include "../support/loopback.h"
+#include "../support/workers.h"
+
+namespace sg::io {
+namespace {
+
+using namespace std::chrono_literals;
+
+class AcceptStress : public ::testing::TestWithParam<IoDriverKind> {};
+INSTANTIATE_TEST_SUITE_P(Drivers, AcceptStress, sg::testing::kDrivers, sg::testing::driver_test_name);
+
+// Answers a taken connection with its one byte (a loopback send of a byte never blocks).
+void answer(TcpStream& s, std::atomic<long>& answered) {
+  if (::send(s.native_handle(), "k", 1, MSG_NOSIGNAL) == 1) answered.fetch_add(1);
+}
+
+exec::Task<void> accept_forever(TcpListener& l, std::atomic<long>& answered, std::atomic<long>& timeouts,
+                                unsigned seed) {
+  std::mt19937 rng(seed);
+  for (;;) {
+    // A third of the waits with a deadline already due (it races the wake of a connection
+    // the ring just took), the rest up to 1.5 ms.
+    const auto wait = std::chrono::microseconds(rng() % 3 == 0 ? 0 : rng() % 1500);
+    auto c = co_await l.accept(Deadline::after(wait));
+    if (!c.ok()) {
+      if (c.error() == std::errc::timed_out) timeouts.fetch_add(1);
+      continue;
+    }
+    answer(*c, answered);
+    if (rng() % 4 == 0) co_await exec::yield_now();  // give thieves something to steal
+  }
+}
+
+TEST_P(AcceptStress, EveryConnectionIsAnsweredOnceThroughDropsAndStops) {
+  SG_DRIVER_RUNTIME(rt, sg::testing::workers(3));
+  auto bound = TcpListener::bind(rt.context(), tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0), {});
+  ASSERT_TRUE(bound.ok());
+  TcpListener& l = *bound;
+  const uint16_t port = l.local_endpoint().port();
+  constexpr int kClients = 3;
+  constexpr int kEach = 300;
+  std::atomic<long> answered{0}, timeouts{0}, client_ok{0}, client_bad{0};
+  std::atomic<int> clients_left{kClients};
+  std::vector<std::thread> clients;
+  for (int t = 0; t < kClients; ++t) {
+    clients.emplace_back([&, t] {
+      std::mt19937 pace(static_cast<unsigned>(t));
+      for (int i = 0; i < kEach; ++i) {
+        // Mostly back to back, now and then a pause that outlasts the server's deadlines.
+        std::this_thread::sleep_for(std::chrono::microseconds(i % 25 == 0 ? 4000 : pace() % 400));
+        int fd = sg::testing::connect_loopback(port);  // reads time out after 5 s
+        char c = 0;
+        if (fd >= 0 && ::recv(fd, &c, 1, 0) == 1 && c == 'k') {
+          client_ok.fetch_add(1);
+        } else {
+          client_bad.fetch_add(1);
+        }
+        if (fd >= 0) ::close(fd);
+      }
+      clients_left.fetch_sub(1);
+    });
+  }
+  std::mt19937 rng(11);
+  int rounds = 0;
+  while (clients_left.load() > 0) {
+    auto server = rt.spawn(accept_forever(l, answered, timeouts, static_cast<unsigned>(rounds)));
+    std::this_thread::sleep_for(std::chrono::microseconds(500 + rng() % 3000));
+    server.cancel();  // dropped wherever it is: mid-wait, or between two accepts
+    EXPECT_FALSE(server.wait());
+    // What the ring took meanwhile is the listener's: answered here, as a stopping
+    // listener serves it.
+    auto rest = rt.spawn([&l, &answered]() -> exec::Task<void> {
+      for (auto& c : co_await l.stop_accepting()) answer(c.stream, answered);
+    });
+    EXPECT_TRUE(rest.wait());
+    ++rounds;
+  }
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(client_bad.load(), 0);
+  EXPECT_EQ(client_ok.load(), kClients * kEach);
+  EXPECT_EQ(answered.load(), kClients * kEach);  // each once: none lost, none twice
+  EXPECT_GT(timeouts.load(), 0);
+  EXPECT_GT(rounds, 20);
+  std::printf("%d rounds of accepting, %ld accepts timed out\n", rounds, timeouts.load());
+  bound->close();
+  EXPECT_TRUE(sg::testing::eventually([&] {
+    for (const RingStats& r : rt.ring_stats()) {
+      if (r.in_flight != 0) return false;
+    }
+    return true;
+  })) << "operations left on the rings";
+}
+
+}  // namespace
+}  // namespace sg::io
