@@ -386,7 +386,7 @@ struct AcceptsAwaiter {
     if (deadline.is_set()) arm_deadline(timer, deadline, w.clone());
     retain(op);  // the listener may close while we wait
     armed = true;
-    arm_accepts(op, std::move(w), kTagReady);
+    arm_waiter(op, std::move(w), kTagReady);
   }
   std::error_code await_resume() {
     const exec::WaitResult r = exec::last_wait_result();
@@ -397,26 +397,27 @@ struct AcceptsAwaiter {
   void stop() noexcept {
     timer.cancel();
     if (!std::exchange(armed, false)) return;
-    disarm_receive(op);
+    disarm_waiter(op);
     release(op);
   }
 };
 
 }  // namespace
 
-Result<std::optional<TcpStream>> TcpListener::adopt_accepted(int fd, tcp::endpoint* peer) {
-  tcp::endpoint from;
-  if (peer != nullptr) {
-    socklen_t len = static_cast<socklen_t>(from.capacity());
-    if (::getpeername(fd, from.data(), &len) != 0) {
+Result<std::optional<TcpStream>> TcpListener::adopt_accepted(int fd, tcp::endpoint* peer, const tcp::endpoint* from) {
+  tcp::endpoint asked;
+  if (peer != nullptr && from == nullptr) {
+    socklen_t len = static_cast<socklen_t>(asked.capacity());
+    if (::getpeername(fd, asked.data(), &len) != 0) {
       ::close(fd);  // reset before we looked (ENOTCONN): nobody to serve
       return std::optional<TcpStream>();
     }
-    from.resize(len);
+    asked.resize(len);
+    from = &asked;
   }
   auto s = Socket::adopt(io_, fd);  // closes fd on failure
   if (!s.ok()) return s.error();
-  if (peer != nullptr) *peer = from;
+  if (peer != nullptr) *peer = *from;
   return std::optional<TcpStream>(TcpStream(std::move(*s)));
 }
 
@@ -442,10 +443,7 @@ Result<std::optional<TcpStream>> TcpListener::try_accept(tcp::endpoint* peer) {
     int fd = ::accept4(sock_.native_handle(), from.data(), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd >= 0) {
       from.resize(len);
-      auto s = Socket::adopt(io_, fd);
-      if (!s.ok()) return s.error();
-      if (peer != nullptr) *peer = from;
-      return std::optional<TcpStream>(TcpStream(std::move(*s)));
+      return adopt_accepted(fd, peer, &from);
     }
     int e = errno;
     if (e == EINTR || e == ECONNABORTED) continue;

@@ -139,8 +139,10 @@ class TcpListener {
   // Waits for a connection: the multishot accept's next one on io_uring, readability on
   // epoll.
   exec::Task<std::error_code> wait_accepted(Deadline dl);
-  // A descriptor the multishot accept took, as a stream (nullopt: the peer has gone).
-  Result<std::optional<TcpStream>> adopt_accepted(int fd, tcp::endpoint* peer);
+  // An accepted descriptor as a stream, its peer's address into `peer` (when given): `from`,
+  // as accept4 reported it, or asked with getpeername when null (a multishot accept reports
+  // none; nullopt when the peer has gone already).
+  Result<std::optional<TcpStream>> adopt_accepted(int fd, tcp::endpoint* peer, const tcp::endpoint* from = nullptr);
   Socket sock_;  // on io_uring, its receive_op() is the multishot accept
   IoContext io_;  // where accepted sockets go
 };

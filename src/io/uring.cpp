@@ -319,19 +319,6 @@ Accepted take_accepted(UringOp* op) noexcept {
   return {};
 }
 
-void arm_accepts(UringOp* op, exec::Waker w, std::size_t tag) noexcept {
-  {
-    std::lock_guard lk(op->lock);
-    AcceptQueue& q = accept_queue(op);
-    if (q.head == q.fds.size() && !op->completed.load(std::memory_order_relaxed)) {
-      op->waker = std::move(w);
-      op->tag = tag;
-      return;
-    }
-  }
-  std::move(w).wake({std::error_code{}, tag}, exec::ScheduleKind::kDriver);  // already there
-}
-
 void stop_accepts(UringOp* op) noexcept {
   {
     std::lock_guard lk(op->lock);
@@ -342,10 +329,13 @@ void stop_accepts(UringOp* op) noexcept {
   op->ring->cancel(op);
 }
 
-void arm_receive(UringOp* op, exec::Waker w, std::size_t tag) noexcept {
+void arm_waiter(UringOp* op, exec::Waker w, std::size_t tag) noexcept {
   {
     std::lock_guard lk(op->lock);
-    if (!op->completed.load(std::memory_order_relaxed)) {
+    // Relaxed: `completed` and an accept's queue are written under the lock held here.
+    const bool has_result = op->completed.load(std::memory_order_relaxed) ||
+                            (op->accepts && accept_queue(op).head < accept_queue(op).fds.size());
+    if (!has_result) {
       op->waker = std::move(w);
       op->tag = tag;
       return;
@@ -354,7 +344,7 @@ void arm_receive(UringOp* op, exec::Waker w, std::size_t tag) noexcept {
   std::move(w).wake({std::error_code{}, tag}, exec::ScheduleKind::kDriver);  // already there
 }
 
-void disarm_receive(UringOp* op) noexcept {
+void disarm_waiter(UringOp* op) noexcept {
   exec::Waker stale;
   std::lock_guard lk(op->lock);
   stale = std::move(op->waker);  // its task reference is dropped after the unlock

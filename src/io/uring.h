@@ -120,24 +120,23 @@ void cancel_and_close(UringOp* op, int fd) noexcept;
 // the last).
 void retain(UringOp* op) noexcept;
 void release(UringOp* op) noexcept;
-// A receive's waiter: arm() makes `w` the waiter of the (re-armable) receive `op`, or wakes
-// it at once when `op` has already completed; disarm() stops waiting (the receive goes on,
-// its result kept in `op`).
-void arm_receive(UringOp* op, exec::Waker w, std::size_t tag) noexcept;
-void disarm_receive(UringOp* op) noexcept;
+// The waiter of an operation its socket keeps across waits (a stream's receive, a
+// listener's multishot accept): arm_waiter() makes `w` its waiter, or wakes it at once when
+// the operation has something to take (a receive: it completed; an accept: a descriptor
+// queued, or its end); disarm_waiter() stops waiting (the operation goes on, and what it
+// brings stays in it). One waiter at a time.
+void arm_waiter(UringOp* op, exec::Waker w, std::size_t tag) noexcept;
+void disarm_waiter(UringOp* op) noexcept;
 // A listener's multishot accept (UringDriver::start_accepts). take_accepted() takes the
 // next descriptor it queued (the caller owns it), or says there is none yet, or that the
 // operation has ended (its error, 0 when it ended without one) and queues no more.
-// arm_accepts() makes `w` its waiter until the next descriptor or its end (at once when
-// either is there); disarm_receive() stops waiting. One waiter at a time. stop_accepts()
-// cancels it (from any thread; once).
+// stop_accepts() cancels it (from any thread; once).
 struct Accepted {
   int fd = -1;         // >= 0: a connection
   bool ended = false;  // no connection, and none will come: `error` says why
   int error = 0;       // -errno, or 0
 };
 Accepted take_accepted(UringOp* op) noexcept;
-void arm_accepts(UringOp* op, exec::Waker w, std::size_t tag) noexcept;
 void stop_accepts(UringOp* op) noexcept;
 // The received bytes of a completed receive not taken yet.
 std::span<const char> received_bytes(const UringOp* op) noexcept;
@@ -184,7 +183,7 @@ class UringDriver final : public exec::Driver {
   // when the handshake is done (op->res: 0 or -errno). Only from the ring's worker thread.
   UringOp* start_connect(int fd, const sockaddr* addr, socklen_t len, exec::Waker w, std::size_t tag);
   // Starts a multishot accept on the listening socket `fd` (non-blocking, close-on-exec
-  // descriptors), with no waiter yet (arm_accepts). Only from the ring's worker thread.
+  // descriptors), with no waiter yet (arm_waiter). Only from the ring's worker thread.
   // Returns the operation, holding the caller's reference.
   UringOp* start_accepts(int fd);
   // Closes `fd` with the next batch of submissions (IORING_OP_CLOSE: no syscall of its

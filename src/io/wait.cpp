@@ -39,7 +39,7 @@ void ReceiveWait::start(Socket& s, exec::Waker w, std::size_t tag) {
   if (op == nullptr) {
     op = ring->start_receive(s.native_handle(), std::move(w), tag);  // the socket's reference
   } else {
-    arm_receive(op, std::move(w), tag);  // (a stolen task: op may be another ring's)
+    arm_waiter(op, std::move(w), tag);  // (a stolen task: op may be another ring's)
   }
   retain(op);
   op_ = op;
@@ -48,7 +48,7 @@ void ReceiveWait::start(Socket& s, exec::Waker w, std::size_t tag) {
 void ReceiveWait::stop() noexcept {
   poll_.cancel();
   if (op_ == nullptr) return;
-  disarm_receive(op_);
+  disarm_waiter(op_);
   release(op_);
   op_ = nullptr;
 }

@@ -85,6 +85,19 @@ void accept_one(Runtime& rt, TcpListener& l) {
   ::close(fd);
 }
 
+// Arms the listener (accept_one), then connects `n` clients while nobody accepts: on
+// io_uring the ring takes them (the kernel's backlog empties), on epoll they stay in the
+// backlog. Returns the clients' descriptors.
+std::vector<int> connect_while_armed(Runtime& rt, TcpListener& l, unsigned n) {
+  accept_one(rt, l);
+  std::vector<int> clients;
+  for (unsigned i = 0; i < n; ++i) clients.push_back(connect_loopback(l.local_endpoint().port()));
+  const unsigned expect_backlog = uring(rt) ? 0 : n;
+  EXPECT_TRUE(eventually([&] { return backlog_of(l.native_handle()) == expect_backlog; }, 5s))
+      << "backlog " << backlog_of(l.native_handle());
+  return clients;
+}
+
 // The server end answers: the connection is alive, not closed by whoever held it.
 void expect_alive(TcpStream& s, int client) {
   ASSERT_EQ(::send(s.native_handle(), "k", 1, MSG_NOSIGNAL), 1);
@@ -96,13 +109,7 @@ void expect_alive(TcpStream& s, int client) {
 TEST_P(Accept, ConnectionsTheRingTookAreYieldedWhenTheListenerStops) {
   SG_DRIVER_RUNTIME(rt, two_workers());
   TcpListener l = bind_loopback(rt);
-  accept_one(rt, l);
-  std::vector<int> clients;
-  for (int i = 0; i < 5; ++i) clients.push_back(connect_loopback(l.local_endpoint().port()));
-  // io_uring: the ring takes them with nobody waiting; epoll: they stay in the backlog.
-  const unsigned expect_backlog = uring(rt) ? 0 : 5;
-  EXPECT_TRUE(eventually([&] { return backlog_of(l.native_handle()) == expect_backlog; }, 5s))
-      << "backlog " << backlog_of(l.native_handle());
+  std::vector<int> clients = connect_while_armed(rt, l, 5);
   auto h = rt.spawn([&l]() -> exec::Task<std::vector<TcpListener::TakenConnection>> {
     co_return co_await l.stop_accepting();
   });
@@ -178,10 +185,7 @@ TEST_P(Accept, ATimedOutAcceptLeavesTheListenerAccepting) {
 TEST_P(Accept, ClosingTheListenerClosesWhatTheRingTookAndLeavesNoOperation) {
   SG_DRIVER_RUNTIME(rt, two_workers());
   std::optional<TcpListener> l(bind_loopback(rt));
-  accept_one(rt, *l);
-  std::vector<int> clients;
-  for (int i = 0; i < 3; ++i) clients.push_back(connect_loopback(l->local_endpoint().port()));
-  EXPECT_TRUE(eventually([&] { return backlog_of(l->native_handle()) == (uring(rt) ? 0u : 3u); }, 5s));
+  std::vector<int> clients = connect_while_armed(rt, *l, 3);
   l.reset();  // from this thread, off the workers: the cancel and close go through the ring
   for (int fd : clients) {
     char c;
@@ -198,10 +202,7 @@ TEST_P(Accept, ClosingTheListenerClosesWhatTheRingTookAndLeavesNoOperation) {
 TEST_P(Accept, WaitAcceptableStopsTheRingTakingConnections) {
   SG_DRIVER_RUNTIME(rt, two_workers());
   TcpListener l = bind_loopback(rt);
-  accept_one(rt, l);
-  std::vector<int> clients;
-  for (int i = 0; i < 2; ++i) clients.push_back(connect_loopback(l.local_endpoint().port()));
-  EXPECT_TRUE(eventually([&] { return backlog_of(l.native_handle()) == (uring(rt) ? 0u : 2u); }, 5s));
+  std::vector<int> clients = connect_while_armed(rt, l, 2);
   // Takes `n` connections the way backlog mode does.
   auto take = [&](int n) {
     return rt.spawn([&l, n]() -> exec::Task<int> {
