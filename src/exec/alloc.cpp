@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cassert>
 #include <cstdint>
 #include <cstdlib>
 #include <mutex>
@@ -14,21 +15,29 @@ namespace sg::exec {
 
 namespace {
 
-#if defined(__SANITIZE_ADDRESS__)
-// Under AddressSanitizer every block is a separate malloc so that use-after-free and
-// double free of task memory are caught instead of hidden inside the pool.
-constexpr bool kPooled = false;
-#else
-constexpr bool kPooled = true;
-#endif
-
 struct ThreadCache;
 
-struct alignas(16) BlockHeader {
-  ThreadCache* owner;  // nullptr: not pooled (large, or pooling disabled)
-  uint64_t cls;
+// Every slab is one mapping of kSlabBytes aligned to kSlabBytes, so the slab of a pooled
+// block is its address rounded down, and its header names the block's owner and class:
+// blocks carry no header of their own (a 16-byte one per block put a 384-byte task in
+// the 448-byte class and a 64-byte operation in the 128-byte one).
+constexpr std::size_t kSlabBytes = kAllocSlabBytes;
+static_assert((kSlabBytes & (kSlabBytes - 1)) == 0);
+constexpr std::size_t kPage = 4096;
+
+struct alignas(64) SlabHeader {
+  ThreadCache* owner;  // fixed for the slab's lifetime
+  uint32_t cls;
+  // Blocks carved so far: written by the owner only (blocks are carved one at a time,
+  // as they are first needed, so a slab's pages become resident only as they are used).
+  uint32_t carved;
 };
-static_assert(sizeof(BlockHeader) == 16);
+constexpr std::size_t kSlabHeaderBytes = sizeof(SlabHeader);
+static_assert(kSlabHeaderBytes == 64);  // blocks start 64-byte aligned
+
+SlabHeader* slab_of(const void* block) {
+  return reinterpret_cast<SlabHeader*>(reinterpret_cast<uintptr_t>(block) & ~(kSlabBytes - 1));
+}
 
 struct FreeBlock {
   FreeBlock* next;
@@ -36,8 +45,10 @@ struct FreeBlock {
 
 struct alignas(64) ThreadCache {
   FreeBlock* local[kAllocClasses] = {};
-  // The slabs carved for each class, for trim (owner only).
-  std::vector<char*> slabs[kAllocClasses];
+  // The slab each class is carving its blocks from (nullptr: none with room), owner only.
+  SlabHeader* carving[kAllocClasses] = {};
+  // The slabs mapped for each class, for trim (owner only).
+  std::vector<SlabHeader*> slabs[kAllocClasses];
   // Written by other threads: kept on its own cache lines.
   alignas(64) std::atomic<FreeBlock*> remote[kAllocClasses] = {};
 };
@@ -90,27 +101,19 @@ constexpr std::size_t class_of(std::size_t bytes) {
 constexpr std::size_t class_bytes(std::size_t c) {
   return c < kAllocSmallClasses ? (c + 1) * kAllocClassBytes : kSmallMax + (c - kAllocSmallClasses + 1) * kAllocLargeStep;
 }
-constexpr std::size_t block_bytes(std::size_t c) { return sizeof(BlockHeader) + class_bytes(c); }
+constexpr uint32_t slab_capacity(std::size_t c) {
+  return static_cast<uint32_t>((kSlabBytes - kSlabHeaderBytes) / class_bytes(c));
+}
 static_assert(class_of(1) == 0 && class_of(64) == 0 && class_of(65) == 1 && class_of(1024) == 15);
 static_assert(class_of(1025) == 16 && class_bytes(16) == 1280 && class_of(1280) == 16 && class_of(1281) == 17);
 static_assert(class_of(kAllocMaxPooled) == kAllocClasses - 1 && class_bytes(kAllocClasses - 1) == kAllocMaxPooled);
 static_assert(class_of(kAllocMaxPooled + 1) == kAllocClasses);
+static_assert(slab_capacity(kAllocClasses - 1) >= 7 && slab_capacity(0) == 1023);
 
-// The free-list link lives in the user area; the header (owner, class) stays intact.
-FreeBlock* as_free(BlockHeader* h) { return reinterpret_cast<FreeBlock*>(h + 1); }
-BlockHeader* as_header(void* user) { return static_cast<BlockHeader*>(user) - 1; }
-
-void* unpooled(std::size_t user_bytes, uint64_t cls) {
-  void* raw = std::malloc(sizeof(BlockHeader) + user_bytes);
-  if (raw == nullptr) throw std::bad_alloc();
-  auto* h = static_cast<BlockHeader*>(raw);
-  h->owner = nullptr;
-  h->cls = cls;
-  return h + 1;
+// The pages of a slab its carved blocks have touched (what it holds resident).
+std::size_t touched_bytes(const SlabHeader* s) {
+  return (kSlabHeaderBytes + s->carved * class_bytes(s->cls) + kPage - 1) / kPage * kPage;
 }
-
-constexpr std::size_t slab_blocks(std::size_t c) { return std::max<std::size_t>(8, kAllocSlabBytes / block_bytes(c)); }
-constexpr std::size_t slab_bytes(std::size_t c) { return slab_blocks(c) * block_bytes(c); }
 
 // Slabs are mappings of their own, not malloc chunks. Malloc'ed, the long-lived slabs of
 // a worker's connections sat between the chunks of its requests' short-lived allocations
@@ -118,48 +121,56 @@ constexpr std::size_t slab_bytes(std::size_t c) { return slab_blocks(c) * block_
 // resident after those were freed: malloc_trim can give back only whole free pages. 10k
 // idle connections held after 200 at a time were set up: 1,001-1,074 bytes of PSS each
 // with malloc'ed slabs, 872-927 with mapped ones; 14.2-16.4 MiB once they had closed,
-// against 13.1-13.2. The kernel merges neighbouring mappings (180 lines in /proc/PID/maps
-// against 145 there), so vm.max_map_count (65,530 by default) is far even at one mapping
-// per slab: a million connections would not reach it. A slab's mapping is whole pages.
-constexpr std::size_t kPage = 4096;
-constexpr std::size_t slab_mapping_bytes(std::size_t c) { return (slab_bytes(c) + kPage - 1) / kPage * kPage; }
-
-char* map_slab(std::size_t c) {
-  void* m = ::mmap(nullptr, slab_mapping_bytes(c), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+// against 13.1-13.2. The kernel merges neighbouring mappings, so vm.max_map_count (65,530
+// by default) is far even at one mapping per slab: a million connections would not reach
+// it. The kernel places new mappings next to the last one, so after the first aligned
+// slab the next ones are usually aligned as mapped; otherwise twice the size is mapped
+// and the unaligned ends unmapped.
+SlabHeader* map_slab(ThreadCache* tc, std::size_t c) {
+  constexpr int kProt = PROT_READ | PROT_WRITE, kFlags = MAP_PRIVATE | MAP_ANONYMOUS;
+  void* m = ::mmap(nullptr, kSlabBytes, kProt, kFlags, -1, 0);
   if (m == MAP_FAILED) throw std::bad_alloc();
-  return static_cast<char*>(m);
-}
-
-void unmap_slab(char* slab, std::size_t c) noexcept { ::munmap(slab, slab_mapping_bytes(c)); }
-
-// Carves a fresh slab into blocks of class c: returns one, pools the rest. Out of line:
-// inlined, its vector bookkeeping cost task_alloc's fast path a stack frame (+5
-// instructions per allocation, callgrind).
-[[gnu::noinline, gnu::cold]] void* carve_slab(ThreadCache* tc, std::size_t c) {
-  const std::size_t bb = block_bytes(c);
-  const std::size_t n = slab_blocks(c);
-  std::vector<char*>& slabs = tc->slabs[c];
-  // Room first (doubling): a throw then leaks nothing.
-  if (slabs.size() == slabs.capacity()) slabs.reserve(std::max<std::size_t>(16, 2 * slabs.capacity()));
-  char* slab = map_slab(c);
-  slabs.push_back(slab);
-  for (std::size_t i = 0; i < n; ++i) {
-    auto* h = reinterpret_cast<BlockHeader*>(slab + i * bb);
-    h->owner = tc;
-    h->cls = c;
-    if (i == 0) continue;
-    FreeBlock* b = as_free(h);
-    b->next = tc->local[c];
-    tc->local[c] = b;
+  auto at = reinterpret_cast<uintptr_t>(m);
+  if ((at & (kSlabBytes - 1)) != 0) {
+    ::munmap(m, kSlabBytes);
+    m = ::mmap(nullptr, 2 * kSlabBytes, kProt, kFlags, -1, 0);
+    if (m == MAP_FAILED) throw std::bad_alloc();
+    const auto start = reinterpret_cast<uintptr_t>(m);
+    at = (start + kSlabBytes - 1) & ~(kSlabBytes - 1);
+    if (at > start) ::munmap(m, at - start);
+    if (const uintptr_t tail = start + 2 * kSlabBytes - (at + kSlabBytes); tail > 0) {
+      ::munmap(reinterpret_cast<void*>(at + kSlabBytes), tail);
+    }
   }
-  return reinterpret_cast<BlockHeader*>(slab) + 1;
+  auto* s = reinterpret_cast<SlabHeader*>(at);
+  s->owner = tc;
+  s->cls = static_cast<uint32_t>(c);
+  s->carved = 0;
+  return s;
 }
 
-// Releases the slabs of class c whose blocks are all free (see the trim invariant in
-// alloc.h); returns their bytes. Every free block of the class is first gathered on the
-// local list, so an exception (the count vectors) leaves the cache consistent.
+// Carves the next block of class c, from a fresh slab when the current one is full. Out
+// of line: inlined, its bookkeeping cost task_alloc's fast path a stack frame (+5
+// instructions per allocation, callgrind).
+[[gnu::noinline]] void* carve_block(ThreadCache* tc, std::size_t c) {
+  SlabHeader* s = tc->carving[c];
+  if (s == nullptr || s->carved == slab_capacity(c)) {
+    std::vector<SlabHeader*>& slabs = tc->slabs[c];
+    // Room first (doubling): a throw then leaks nothing.
+    if (slabs.size() == slabs.capacity()) slabs.reserve(std::max<std::size_t>(16, 2 * slabs.capacity()));
+    s = map_slab(tc, c);
+    slabs.push_back(s);
+    tc->carving[c] = s;
+  }
+  return reinterpret_cast<char*>(s) + kSlabHeaderBytes + s->carved++ * class_bytes(c);
+}
+
+// Releases the slabs of class c whose carved blocks are all free (see the trim invariant
+// in alloc.h); returns the bytes they held resident. Every free block of the class is
+// first gathered on the local list, so an exception (the count vectors) leaves the cache
+// consistent.
 std::size_t trim_class(ThreadCache* tc, std::size_t c) {
-  std::vector<char*>& slabs = tc->slabs[c];
+  std::vector<SlabHeader*>& slabs = tc->slabs[c];
   if (slabs.empty()) return 0;
   if (FreeBlock* remote = tc->remote[c].exchange(nullptr, std::memory_order_acquire)) {
     FreeBlock* tail = remote;
@@ -168,29 +179,31 @@ std::size_t trim_class(ThreadCache* tc, std::size_t c) {
     tc->local[c] = remote;
   }
   if (tc->local[c] == nullptr) return 0;
-  const std::size_t n = slab_blocks(c);
   std::sort(slabs.begin(), slabs.end());
   std::vector<uint32_t> free_blocks(slabs.size(), 0);
-  // The slab of each free block, in list order (the last slab starting at or before the
-  // block's header): looked up once, used to count and then to unlink.
-  std::vector<uint32_t> slab_of;
+  // The slab of each free block, in list order: looked up once, used to count and then
+  // to unlink.
+  std::vector<uint32_t> index_of;
   for (FreeBlock* b = tc->local[c]; b != nullptr; b = b->next) {
-    const char* h = reinterpret_cast<const char*>(b) - sizeof(BlockHeader);
-    slab_of.push_back(static_cast<uint32_t>(std::upper_bound(slabs.begin(), slabs.end(), h) - slabs.begin() - 1));
-    ++free_blocks[slab_of.back()];
+    index_of.push_back(static_cast<uint32_t>(std::lower_bound(slabs.begin(), slabs.end(), slab_of(b)) - slabs.begin()));
+    ++free_blocks[index_of.back()];
   }
-  if (std::find(free_blocks.begin(), free_blocks.end(), n) == free_blocks.end()) return 0;
+  auto wholly_free = [&](std::size_t i) { return free_blocks[i] == slabs[i]->carved; };
+  bool any = false;
+  for (std::size_t i = 0; i < slabs.size() && !any; ++i) any = wholly_free(i);
+  if (!any) return 0;
   // Unlink the blocks of wholly free slabs, keeping the others in their order.
   std::size_t i = 0;
   for (FreeBlock** link = &tc->local[c]; *link != nullptr; ++i) {
-    if (free_blocks[slab_of[i]] == n) *link = (*link)->next;
+    if (wholly_free(index_of[i])) *link = (*link)->next;
     else link = &(*link)->next;
   }
   std::size_t released = 0, kept = 0;
   for (std::size_t s = 0; s < slabs.size(); ++s) {
-    if (free_blocks[s] == n) {
-      unmap_slab(slabs[s], c);
-      released += slab_mapping_bytes(c);
+    if (wholly_free(s)) {
+      released += touched_bytes(slabs[s]);
+      if (tc->carving[c] == slabs[s]) tc->carving[c] = nullptr;
+      ::munmap(slabs[s], kSlabBytes);
     } else {
       slabs[kept++] = slabs[s];
     }
@@ -217,37 +230,46 @@ std::size_t task_cache_slab_bytes() noexcept {
   ThreadCache* tc = tl_cache;
   if (tc == nullptr) return 0;
   std::size_t total = 0;
-  for (std::size_t c = 0; c < kAllocClasses; ++c) total += tc->slabs[c].size() * slab_mapping_bytes(c);
+  for (const auto& slabs : tc->slabs) {
+    for (const SlabHeader* s : slabs) total += touched_bytes(s);
+  }
   return total;
 }
 
 void* task_alloc(std::size_t bytes) {
   std::size_t c = class_of(bytes);
-  if (c >= kAllocClasses || !kPooled) return unpooled(bytes, c);
+  if (c >= kAllocClasses || !kTaskAllocPooled) {
+    void* p = std::malloc(bytes);
+    if (p == nullptr) throw std::bad_alloc();
+    return p;
+  }
   ThreadCache* tc = my_cache();
   FreeBlock* b = tc->local[c];
   if (b == nullptr) {
     // Take back, all at once, what other threads freed.
     b = tc->remote[c].exchange(nullptr, std::memory_order_acquire);
-    if (b == nullptr) return carve_slab(tc, c);
+    if (b == nullptr) return carve_block(tc, c);
   }
   tc->local[c] = b->next;
   // The next allocation reads that block's link; blocks freed by other workers are
   // usually cold here, so start the miss now.
   __builtin_prefetch(b->next, 1);
-  return b;  // the user area starts where the link was
+  return b;  // the block's first word was the link
 }
 
-void task_free(void* p, std::size_t /*bytes*/) noexcept {
+// `bytes` must be what the block was allocated with: it tells a pooled block (in a slab,
+// whose header names owner and class) from a malloc'ed one.
+void task_free(void* p, std::size_t bytes) noexcept {
   if (p == nullptr) return;
-  BlockHeader* h = as_header(p);
-  ThreadCache* owner = h->owner;
-  if (owner == nullptr) {
-    std::free(h);
+  if (bytes > kAllocMaxPooled || !kTaskAllocPooled) {
+    std::free(p);
     return;
   }
-  auto c = static_cast<std::size_t>(h->cls);
-  FreeBlock* b = as_free(h);
+  const SlabHeader* slab = slab_of(p);
+  ThreadCache* owner = slab->owner;
+  const std::size_t c = slab->cls;
+  assert(c == class_of(bytes) && "task_free: not the size the block was allocated with");
+  auto* b = static_cast<FreeBlock*>(p);
   if (owner == tl_cache) {
     b->next = owner->local[c];
     owner->local[c] = b;
@@ -262,7 +284,7 @@ void task_free(void* p, std::size_t /*bytes*/) noexcept {
 }
 
 void enable_task_cache() {
-  if (kPooled) my_cache();
+  if (kTaskAllocPooled) my_cache();
 }
 
 void disable_task_cache() noexcept {

@@ -344,7 +344,7 @@ class Connection {
 };
 
 // An idle keep-alive connection is this task alone: keep it within the 384-byte
-// allocation class (task_alloc: 64-byte steps), 400 bytes with the block header.
+// allocation class (task_alloc: 64-byte steps, no per-block header).
 static_assert(sizeof(exec::BurstTask<Connection>) <= 384);
 
 }  // namespace

@@ -1,21 +1,16 @@
-// The task allocator's trim: wholly free slabs go back to malloc, a slab with one live
+// The task allocator's trim: wholly free slabs are unmapped, a slab with one live
 // block stays, blocks freed by other threads count as free, and the cache keeps working.
 #include "exec/alloc.h"
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstring>
 #include <thread>
 #include <vector>
 
 namespace sg::exec {
 namespace {
-
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kPooled = false;  // every block is its own malloc under ASan: nothing to trim
-#else
-constexpr bool kPooled = true;
-#endif
 
 // A size no other code in this test binary allocates between the calls below, so the
 // class's slabs are this test's alone (a frame size just under 8 KiB).
@@ -28,7 +23,7 @@ std::vector<void*> allocate(std::size_t n) {
 }
 
 TEST(TaskAllocTrim, ReleasesWhollyFreeSlabsOnly) {
-  if (!kPooled) GTEST_SKIP() << "AddressSanitizer build: task memory is plain malloc, there is no pool to trim";
+  if (!kTaskAllocPooled) GTEST_SKIP() << "AddressSanitizer build: task memory is plain malloc, there is no pool to trim";
   task_cache_trim();
   const std::size_t before = task_cache_slab_bytes();
   std::vector<void*> blocks = allocate(64);  // several slabs of 8 blocks
@@ -56,8 +51,26 @@ TEST(TaskAllocTrim, ReleasesWhollyFreeSlabsOnly) {
   EXPECT_EQ(task_cache_slab_bytes(), before);
 }
 
+// Blocks carry no header: a fresh slab's blocks sit one class size apart, after the slab's
+// 64-byte header at the start of its 64 KiB-aligned mapping, and are carved only as they
+// are needed (the slab's untouched pages are not counted, nor resident).
+TEST(TaskAllocTrim, BlocksArePackedInAlignedSlabs) {
+  if (!kTaskAllocPooled) GTEST_SKIP() << "AddressSanitizer build: task memory is plain malloc, there are no slabs";
+  task_cache_trim();
+  const std::size_t before = task_cache_slab_bytes();
+  constexpr std::size_t kClassBytes = 7 * 1024 + 256;  // the class of kBytes
+  std::vector<void*> blocks = allocate(2);
+  const auto first = reinterpret_cast<uintptr_t>(blocks[0]);
+  EXPECT_EQ(first % kAllocSlabBytes, 64u) << "the first block follows the slab header";
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(blocks[1]) - first, kClassBytes);
+  EXPECT_EQ(task_cache_slab_bytes() - before, 16u * 1024) << "two blocks touch 4 pages, not the slab's 16";
+  for (void* p : blocks) task_free(p, kBytes);
+  EXPECT_EQ(task_cache_trim(), 16u * 1024);
+  EXPECT_EQ(task_cache_slab_bytes(), before);
+}
+
 TEST(TaskAllocTrim, CountsBlocksFreedByOtherThreads) {
-  if (!kPooled) GTEST_SKIP() << "AddressSanitizer build: task memory is plain malloc, there is no pool to trim";
+  if (!kTaskAllocPooled) GTEST_SKIP() << "AddressSanitizer build: task memory is plain malloc, there is no pool to trim";
   task_cache_trim();
   const std::size_t before = task_cache_slab_bytes();
   std::vector<void*> blocks = allocate(32);

@@ -23,12 +23,6 @@ namespace {
 using namespace std::chrono_literals;
 using sg::testing::eventually;
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kPooled = false;  // task memory is plain malloc under ASan: no slabs to give back
-#else
-constexpr bool kPooled = true;
-#endif
-
 // A task whose frame (about 3 KiB) lives until `go`.
 Task<void> holder(Notify& go, std::atomic<int>& done) {
   std::array<char, 3000> scratch{};
@@ -60,7 +54,7 @@ TEST(IdleReclaim, AnIdleWorkerGivesFreeSlabsBackOncePerIdlePeriod) {
   ASSERT_TRUE(eventually([&] { return rt.stats().total().memory_reclaims == 1; }));
   // The page release (malloc_trim, milliseconds on a large heap) ran on the blocking pool.
   EXPECT_TRUE(eventually([&] { return rt.stats().blocking_threads >= 1; }));
-  if (kPooled) {
+  if (kTaskAllocPooled) {
     EXPECT_GE(rt.stats().total().memory_reclaimed_bytes, 200u * 3000u);
   }
   // Still idle: no second reclaim (the worker now sleeps without a limit).
