@@ -36,13 +36,13 @@ using namespace std::chrono_literals;
 class ReceiveStress : public ::testing::TestWithParam<IoDriverKind> {};
 INSTANTIATE_TEST_SUITE_P(Drivers, ReceiveStress, sg::testing::kDrivers, sg::testing::driver_test_name);
 
-struct Stream {
+struct WriterReader {
   int writer = -1;
   std::unique_ptr<TcpStream> reader;
 };
 
-std::vector<Stream> make_streams(Runtime& rt, int n) {
-  std::vector<Stream> out(static_cast<std::size_t>(n));
+std::vector<WriterReader> make_streams(Runtime& rt, int n) {
+  std::vector<WriterReader> out(static_cast<std::size_t>(n));
   for (auto& s : out) {
     int sv[2];
     EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);

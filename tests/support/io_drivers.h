@@ -45,6 +45,15 @@ inline std::unique_ptr<io::Runtime> make_runtime(io::IoDriverKind kind, exec::Ru
   return std::move(*rt);
 }
 
+inline bool uses_io_uring(io::Runtime& rt) { return rt.driver_kind() == io::IoDriverKind::kIoUring; }
+
+// io_uring operations started and not yet completed, over every ring (0 on epoll).
+inline std::size_t ring_ops_in_flight(io::Runtime& rt) {
+  std::size_t n = 0;
+  for (const io::RingStats& r : rt.ring_stats()) n += r.in_flight;
+  return n;
+}
+
 }  // namespace sg::testing
 
 // In a TEST_P body of a suite over IoDriverKind: skips (and logs why) where the driver

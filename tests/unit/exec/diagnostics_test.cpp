@@ -24,7 +24,7 @@ using namespace std::chrono_literals;
 using sg::testing::eventually;
 
 // The library's default has no task records; these tests are about them.
-RuntimeConfig workers(std::size_t n) {
+RuntimeConfig workers_with_diagnostics(std::size_t n) {
   RuntimeConfig c = sg::testing::workers(n);
   c.task_diagnostics = true;
   return c;
@@ -40,7 +40,7 @@ std::optional<TaskInfo> find_task(Runtime& rt, std::string_view name) {
 using sg::testing::spin_for;
 
 TEST(TaskDiagnostics, ALabelledTaskIsListedWhileItLivesAndGoneAfter) {
-  Runtime rt(workers(2));
+  Runtime rt(workers_with_diagnostics(2));
   Notify go;
   auto h = rt.spawn([&]() -> Task<void> { co_await go.notified(); }, {TaskKind::kConnection, "client 1"});
   ASSERT_TRUE(eventually([&] { return find_task(rt, "client 1").has_value(); }));
@@ -55,7 +55,7 @@ TEST(TaskDiagnostics, ALabelledTaskIsListedWhileItLivesAndGoneAfter) {
 }
 
 TEST(TaskDiagnostics, CountsPollsAndWakesBySource) {
-  Runtime rt(workers(1));
+  Runtime rt(workers_with_diagnostics(1));
   Notify go;
   std::atomic<bool> slept{false};
   auto h = rt.spawn(
@@ -78,7 +78,7 @@ TEST(TaskDiagnostics, CountsPollsAndWakesBySource) {
 }
 
 TEST(TaskDiagnostics, RemoteAndLocalWakesAreTellApart) {
-  Runtime rt(workers(2));
+  Runtime rt(workers_with_diagnostics(2));
   Notify remote, local;
   std::atomic<bool> waiting{false};
   auto waiter = rt.spawn(
@@ -108,7 +108,7 @@ TEST(TaskDiagnostics, RemoteAndLocalWakesAreTellApart) {
 }
 
 TEST(TaskDiagnostics, BusyQueuedAndIdleTimeAddUp) {
-  Runtime rt(workers(1));
+  Runtime rt(workers_with_diagnostics(1));
   Notify go;
   // The hog runs first (both go through the injection queue, in order) and holds the only
   // worker for 30 ms: the second task spends that long queued.
@@ -133,7 +133,7 @@ TEST(TaskDiagnostics, BusyQueuedAndIdleTimeAddUp) {
 }
 
 TEST(TaskDiagnostics, ATaskRenamesItself) {
-  Runtime rt(workers(1));
+  Runtime rt(workers_with_diagnostics(1));
   Notify go;
   auto h = rt.spawn([&]() -> Task<void> {
     label_current_task({TaskKind::kConnection, "main 127.0.0.1:4000"});
@@ -148,7 +148,7 @@ TEST(TaskDiagnostics, ATaskRenamesItself) {
 }
 
 TEST(TaskDiagnostics, LongNamesAreTruncated) {
-  Runtime rt(workers(1));
+  Runtime rt(workers_with_diagnostics(1));
   std::string longname(200, 'x');
   Notify go;
   auto h = rt.spawn([&]() -> Task<void> { co_await go.notified(); }, {TaskKind::kTask, longname});
@@ -160,7 +160,7 @@ TEST(TaskDiagnostics, LongNamesAreTruncated) {
 }
 
 TEST(TaskDiagnostics, RecordsOffMeansNoRecordsButKindsStay) {
-  RuntimeConfig cfg = workers(1);
+  RuntimeConfig cfg = workers_with_diagnostics(1);
   cfg.task_diagnostics = false;
   cfg.poll_timing = true;  // as the gateway runs
   Runtime rt(cfg);
@@ -196,7 +196,7 @@ TEST(TaskDiagnostics, LongPollsAreCountedAndReportedAtMostOnceASecond) {
     std::lock_guard lk(g_reports_mu);
     g_reports.clear();
   }
-  RuntimeConfig cfg = workers(1);
+  RuntimeConfig cfg = workers_with_diagnostics(1);
   cfg.long_poll_threshold = 2ms;
   cfg.on_long_poll = &record_long_poll;
   Runtime rt(cfg);
@@ -213,7 +213,7 @@ TEST(TaskDiagnostics, LongPollsAreCountedAndReportedAtMostOnceASecond) {
 }
 
 TEST(TaskDiagnostics, SlowestPollsKeepTheSlowestWithTheirNames) {
-  Runtime rt(workers(1));
+  Runtime rt(workers_with_diagnostics(1));
   for (int i = 0; i < 20; ++i) rt.spawn([] {}, {TaskKind::kTask, "quick"}).wait();
   rt.spawn([] { spin_for(3ms); }, {TaskKind::kAdmin, "slow one"}).wait();
   // The worker records the poll just after the task completes (and wakes us).
@@ -240,7 +240,7 @@ TEST(TaskDiagnostics, WithoutPollTimingNothingIsTimed) {
 }
 
 TEST(TaskDiagnostics, ThePollTimeHistogramCountsEveryPoll) {
-  Runtime rt(workers(1));
+  Runtime rt(workers_with_diagnostics(1));
   rt.block_on([]() -> Task<void> {
     for (int i = 0; i < 50; ++i) co_await yield_now();
   });

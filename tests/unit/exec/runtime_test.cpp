@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "exec/notify.h"
+#include "../../support/drop_flag.h"
 #include "../../support/eventually.h"
 #include "../../support/workers.h"
 
@@ -299,18 +300,13 @@ TEST(Runtime, ExhaustedBudgetForcesYield) {
       << "forced yields: " << rt.stats().total().forced_yields;
 }
 
-struct DropFlag {
-  std::atomic<bool>* flag;
-  ~DropFlag() { flag->store(true); }
-};
-
 TEST(Runtime, CancelDropsSuspendedCoroutineFrame) {
   Runtime rt(workers(2));
   auto n = std::make_shared<Notify>();
   std::atomic<bool> dropped{false};
   std::atomic<bool> waiting{false};
   auto h = rt.spawn([&, n]() -> Task<int> {
-    DropFlag f{&dropped};
+    sg::testing::DropFlag f{&dropped};
     waiting.store(true);
     co_await n->notified();  // never notified
     co_return 1;

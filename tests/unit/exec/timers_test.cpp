@@ -15,6 +15,7 @@
 
 #include "exec/runtime.h"
 #include "exec/scheduler.h"
+#include "../../support/drop_flag.h"
 #include "../../support/eventually.h"
 #include "../../support/workers.h"
 
@@ -88,16 +89,11 @@ TEST(Timers, EarlierTimerWakesTheParkedHolder) {
   EXPECT_FALSE(long_sleep.wait());
 }
 
-struct DropFlag {
-  std::atomic<bool>* flag;
-  ~DropFlag() { flag->store(true); }
-};
-
 TEST(Timers, CancelledSleepLeavesNoTimer) {
   Runtime rt(workers(2));
   std::atomic<bool> dropped{false};
   auto h = rt.spawn([&]() -> Task<void> {
-    DropFlag f{&dropped};
+    sg::testing::DropFlag f{&dropped};
     co_await sleep_for(1h);
   });
   ASSERT_TRUE(eventually([&] { return timers_of(rt).pending() == 1; }));
@@ -112,7 +108,7 @@ TEST(Timers, ShutdownDropsSleepingTasks) {
   {
     Runtime rt(workers(2));
     rt.spawn_detached([&]() -> Task<void> {
-      DropFlag f{&dropped};
+      sg::testing::DropFlag f{&dropped};
       co_await sleep_for(1h);
     });
     ASSERT_TRUE(eventually([&] { return timers_of(rt).pending() == 1; }));

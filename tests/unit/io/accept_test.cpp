@@ -24,24 +24,20 @@
 #include "../../support/eventually.h"
 #include "../../support/io_drivers.h"
 #include "../../support/loopback.h"
+#include "../../support/workers.h"
 
 namespace sg::io {
 namespace {
 
 using namespace std::chrono_literals;
+using sg::testing::uses_io_uring;
+using sg::testing::ring_ops_in_flight;
+using sg::testing::workers;
 using sg::testing::connect_loopback;
 using sg::testing::eventually;
 
-exec::RuntimeConfig two_workers() {
-  exec::RuntimeConfig c;
-  c.worker_threads = 2;
-  return c;
-}
-
 class Accept : public ::testing::TestWithParam<IoDriverKind> {};
 INSTANTIATE_TEST_SUITE_P(Drivers, Accept, sg::testing::kDrivers, sg::testing::driver_test_name);
-
-bool uring(Runtime& rt) { return rt.driver_kind() == IoDriverKind::kIoUring; }
 
 // Connections waiting in the listening socket's accept queue (the kernel's backlog): for
 // a listening socket, TCP_INFO reports its length as tcpi_unacked.
@@ -50,12 +46,6 @@ unsigned backlog_of(int listen_fd) {
   socklen_t len = sizeof(info);
   if (::getsockopt(listen_fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) return ~0u;
   return info.tcpi_unacked;
-}
-
-std::size_t ops_in_flight(Runtime& rt) {
-  std::size_t n = 0;
-  for (const RingStats& r : rt.ring_stats()) n += r.in_flight;
-  return n;
 }
 
 TcpListener bind_loopback(Runtime& rt) {
@@ -92,7 +82,7 @@ std::vector<int> connect_while_armed(Runtime& rt, TcpListener& l, unsigned n) {
   accept_one(rt, l);
   std::vector<int> clients;
   for (unsigned i = 0; i < n; ++i) clients.push_back(connect_loopback(l.local_endpoint().port()));
-  const unsigned expect_backlog = uring(rt) ? 0 : n;
+  const unsigned expect_backlog = uses_io_uring(rt) ? 0 : n;
   EXPECT_TRUE(eventually([&] { return backlog_of(l.native_handle()) == expect_backlog; }, 5s))
       << "backlog " << backlog_of(l.native_handle());
   return clients;
@@ -107,7 +97,7 @@ void expect_alive(TcpStream& s, int client) {
 }
 
 TEST_P(Accept, ConnectionsTheRingTookAreYieldedWhenTheListenerStops) {
-  SG_DRIVER_RUNTIME(rt, two_workers());
+  SG_DRIVER_RUNTIME(rt, workers(2));
   TcpListener l = bind_loopback(rt);
   std::vector<int> clients = connect_while_armed(rt, l, 5);
   auto h = rt.spawn([&l]() -> exec::Task<std::vector<TcpListener::TakenConnection>> {
@@ -115,7 +105,7 @@ TEST_P(Accept, ConnectionsTheRingTookAreYieldedWhenTheListenerStops) {
   });
   auto taken = h.wait();
   ASSERT_TRUE(taken.has_value());
-  ASSERT_EQ(taken->size(), uring(rt) ? 5u : 0u);
+  ASSERT_EQ(taken->size(), uses_io_uring(rt) ? 5u : 0u);
   for (std::size_t i = 0; i < taken->size(); ++i) {
     // In the order the kernel completed them, each with its peer's address.
     sockaddr_in local{};
@@ -126,16 +116,16 @@ TEST_P(Accept, ConnectionsTheRingTookAreYieldedWhenTheListenerStops) {
     expect_alive((*taken)[i].stream, clients[i]);
   }
   // Stopped: the ring takes no more, and no operation is left on it.
-  EXPECT_TRUE(eventually([&] { return ops_in_flight(rt) == 0; }, 5s));
+  EXPECT_TRUE(eventually([&] { return ring_ops_in_flight(rt) == 0; }, 5s));
   int late = connect_loopback(l.local_endpoint().port());
   std::this_thread::sleep_for(50ms);
-  EXPECT_EQ(backlog_of(l.native_handle()), uring(rt) ? 1u : 6u);
+  EXPECT_EQ(backlog_of(l.native_handle()), uses_io_uring(rt) ? 1u : 6u);
   ::close(late);
   for (int fd : clients) ::close(fd);
 }
 
 TEST_P(Accept, ATaskDroppedWhileAcceptingLosesNoConnection) {
-  SG_DRIVER_RUNTIME(rt, two_workers());
+  SG_DRIVER_RUNTIME(rt, workers(2));
   TcpListener l = bind_loopback(rt);
   std::atomic<bool> waiting{false};
   auto dropped = rt.spawn([&]() -> exec::Task<void> {
@@ -149,7 +139,7 @@ TEST_P(Accept, ATaskDroppedWhileAcceptingLosesNoConnection) {
   // The ring (io_uring) takes this connection while nobody waits: the next accept gets it.
   int client = connect_loopback(l.local_endpoint().port());
   ASSERT_GE(client, 0);
-  if (uring(rt)) {
+  if (uses_io_uring(rt)) {
     EXPECT_TRUE(eventually([&] { return backlog_of(l.native_handle()) == 0; }, 5s));
   }
   auto next = rt.spawn([&]() -> exec::Task<std::optional<TcpStream>> {
@@ -164,7 +154,7 @@ TEST_P(Accept, ATaskDroppedWhileAcceptingLosesNoConnection) {
 }
 
 TEST_P(Accept, ATimedOutAcceptLeavesTheListenerAccepting) {
-  SG_DRIVER_RUNTIME(rt, two_workers());
+  SG_DRIVER_RUNTIME(rt, workers(2));
   TcpListener l = bind_loopback(rt);
   auto h = rt.spawn([&]() -> exec::Task<std::string> {
     auto first = co_await l.accept(Deadline::after(20ms));
@@ -183,7 +173,7 @@ TEST_P(Accept, ATimedOutAcceptLeavesTheListenerAccepting) {
 }
 
 TEST_P(Accept, ClosingTheListenerClosesWhatTheRingTookAndLeavesNoOperation) {
-  SG_DRIVER_RUNTIME(rt, two_workers());
+  SG_DRIVER_RUNTIME(rt, workers(2));
   std::optional<TcpListener> l(bind_loopback(rt));
   std::vector<int> clients = connect_while_armed(rt, *l, 3);
   l.reset();  // from this thread, off the workers: the cancel and close go through the ring
@@ -193,14 +183,14 @@ TEST_P(Accept, ClosingTheListenerClosesWhatTheRingTookAndLeavesNoOperation) {
     EXPECT_TRUE(n == 0 || (n < 0 && errno == ECONNRESET)) << "client not closed: " << n;
     ::close(fd);
   }
-  EXPECT_TRUE(eventually([&] { return ops_in_flight(rt) == 0; }, 5s));
+  EXPECT_TRUE(eventually([&] { return ring_ops_in_flight(rt) == 0; }, 5s));
 }
 
 // Backlog mode (a listener at its connection limit must leave connections in the kernel):
 // wait_acceptable() stops a multishot accept that accept() started; try_accept() still
 // yields what it took, and then takes connections from the kernel one at a time.
 TEST_P(Accept, WaitAcceptableStopsTheRingTakingConnections) {
-  SG_DRIVER_RUNTIME(rt, two_workers());
+  SG_DRIVER_RUNTIME(rt, workers(2));
   TcpListener l = bind_loopback(rt);
   std::vector<int> clients = connect_while_armed(rt, l, 2);
   // Takes `n` connections the way backlog mode does.
@@ -220,7 +210,7 @@ TEST_P(Accept, WaitAcceptableStopsTheRingTakingConnections) {
   ASSERT_TRUE(two.has_value());
   EXPECT_EQ(*two, 2);
   // The ring no longer takes connections: a new one waits in the kernel until taken.
-  EXPECT_TRUE(eventually([&] { return ops_in_flight(rt) == 0; }, 5s));
+  EXPECT_TRUE(eventually([&] { return ring_ops_in_flight(rt) == 0; }, 5s));
   clients.push_back(connect_loopback(l.local_endpoint().port()));
   std::this_thread::sleep_for(50ms);
   EXPECT_EQ(backlog_of(l.native_handle()), 1u);
@@ -235,7 +225,7 @@ TEST_P(Accept, WaitAcceptableStopsTheRingTakingConnections) {
 // ring stops taking them (those the kernel completed before its cancel still arrive) and
 // leaves the rest in the kernel's (bounded) backlog; the listener then takes them all.
 TEST_P(Accept, TheRingStopsTakingConnectionsTheListenerDoesNotTake) {
-  SG_DRIVER_RUNTIME(rt, two_workers());
+  SG_DRIVER_RUNTIME(rt, workers(2));
   TcpListener l = bind_loopback(rt);
   accept_one(rt, l);
   constexpr unsigned kFirst = UringDriver::kMaxAcceptsQueued + 40;
@@ -243,9 +233,9 @@ TEST_P(Accept, TheRingStopsTakingConnectionsTheListenerDoesNotTake) {
   std::vector<int> clients;
   for (unsigned i = 0; i < kFirst; ++i) clients.push_back(connect_loopback(l.local_endpoint().port()));
   // io_uring: the ring has stopped (no operation in flight) with at least its bound taken.
-  EXPECT_TRUE(eventually([&] { return ops_in_flight(rt) == 0; }, 5s));
+  EXPECT_TRUE(eventually([&] { return ring_ops_in_flight(rt) == 0; }, 5s));
   const unsigned taken_by_ring = kFirst - backlog_of(l.native_handle());
-  if (uring(rt)) {
+  if (uses_io_uring(rt)) {
     EXPECT_GE(taken_by_ring, UringDriver::kMaxAcceptsQueued);
   } else {
     EXPECT_EQ(taken_by_ring, 0u);

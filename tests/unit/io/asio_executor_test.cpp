@@ -23,7 +23,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-bool on_worker() { return exec::tl_ctx.worker != nullptr; }
+bool on_worker_thread() { return exec::tl_ctx.worker != nullptr; }
 
 TEST(AsioExecutor, PostDispatchDeferRunOnWorkers) {
   exec::RuntimeConfig cfg;
@@ -31,9 +31,9 @@ TEST(AsioExecutor, PostDispatchDeferRunOnWorkers) {
   Runtime rt(cfg);
   AsioExecutor ex(rt.handle(), rt.asio_context());
   std::promise<bool> p1, p2, p3;
-  asio::post(ex, [&] { p1.set_value(on_worker()); });
-  asio::dispatch(ex, [&] { p2.set_value(on_worker()); });
-  asio::defer(ex, [&] { p3.set_value(on_worker()); });
+  asio::post(ex, [&] { p1.set_value(on_worker_thread()); });
+  asio::dispatch(ex, [&] { p2.set_value(on_worker_thread()); });
+  asio::defer(ex, [&] { p3.set_value(on_worker_thread()); });
   EXPECT_TRUE(p1.get_future().get());
   EXPECT_TRUE(p2.get_future().get());
   EXPECT_TRUE(p3.get_future().get());
@@ -48,12 +48,12 @@ TEST(AsioExecutor, CoSpawnAwaitableWithTimerResumesOnWorkers) {
   asio::co_spawn(
       ex,
       [&]() -> asio::awaitable<int, AsioExecutor> {
-        int ok = on_worker() ? 1 : 0;
+        int ok = on_worker_thread() ? 1 : 0;
         asio::basic_waitable_timer<std::chrono::steady_clock, asio::wait_traits<std::chrono::steady_clock>,
                                    AsioExecutor>
             t(ex, 20ms);
         co_await t.async_wait(asio::use_awaitable_t<AsioExecutor>{});
-        ok += on_worker() ? 1 : 0;
+        ok += on_worker_thread() ? 1 : 0;
         co_return ok;
       },
       [&](std::exception_ptr e, int v) { done.set_value(e ? -1 : v); });

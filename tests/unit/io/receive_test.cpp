@@ -27,21 +27,23 @@ namespace sg::io {
 namespace {
 
 using namespace std::chrono_literals;
+using sg::testing::uses_io_uring;
+using sg::testing::workers;
 
 class Receive : public ::testing::TestWithParam<IoDriverKind> {};
 INSTANTIATE_TEST_SUITE_P(Drivers, Receive, sg::testing::kDrivers, sg::testing::driver_test_name);
 
-struct Pair {
+struct ReceivePair {
   int peer = -1;  // the test thread's end
   std::unique_ptr<TcpStream> stream;
 };
 
-Pair make_pair(Runtime& rt) {
+ReceivePair make_receive_pair(Runtime& rt) {
   int sv[2];
   EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
   auto s = Socket::adopt(rt.context(), sv[0]);
   EXPECT_TRUE(s.ok());
-  return Pair{sv[1], std::make_unique<TcpStream>(std::move(*s))};
+  return ReceivePair{sv[1], std::make_unique<TcpStream>(std::move(*s))};
 }
 
 RingStats ring_totals(Runtime& rt) {
@@ -54,8 +56,6 @@ RingStats ring_totals(Runtime& rt) {
   }
   return t;
 }
-
-bool uring(Runtime& rt) { return rt.driver_kind() == IoDriverKind::kIoUring; }
 
 // Reads until `n` bytes have arrived (or an error/EOF), in reads of at most `piece`.
 exec::Task<std::string> read_exactly(TcpStream& s, std::size_t n, std::size_t piece) {
@@ -70,8 +70,8 @@ exec::Task<std::string> read_exactly(TcpStream& s, std::size_t n, std::size_t pi
 }
 
 TEST_P(Receive, ATimedOutReadLosesNoByte) {
-  SG_DRIVER_RUNTIME(rt, sg::testing::workers(2));
-  Pair p = make_pair(rt);
+  SG_DRIVER_RUNTIME(rt, workers(2));
+  ReceivePair p = make_receive_pair(rt);
   std::atomic<bool> timed_out{false};
   auto h = rt.spawn([&]() -> exec::Task<std::string> {
     char buf[64];
@@ -89,8 +89,8 @@ TEST_P(Receive, ATimedOutReadLosesNoByte) {
 }
 
 TEST_P(Receive, AReceiveBiggerThanTheReadIsTakenInPiecesInOrder) {
-  SG_DRIVER_RUNTIME(rt, sg::testing::workers(2));
-  Pair p = make_pair(rt);
+  SG_DRIVER_RUNTIME(rt, workers(2));
+  ReceivePair p = make_receive_pair(rt);
   std::string sent;
   for (int i = 0; i < 10'000; ++i) sent.push_back(static_cast<char>('a' + i % 26));
   auto h = rt.spawn([&]() -> exec::Task<std::string> {
@@ -101,16 +101,16 @@ TEST_P(Receive, AReceiveBiggerThanTheReadIsTakenInPiecesInOrder) {
   });
   ASSERT_EQ(::send(p.peer, sent.data(), sent.size(), 0), static_cast<ssize_t>(sent.size()));
   EXPECT_EQ(h.wait(), sent);
-  if (uring(rt)) {
+  if (uses_io_uring(rt)) {
     EXPECT_TRUE(sg::testing::eventually([&] { return ring_totals(rt).buffers_in_use == 0; }));
   }
   ::close(p.peer);
 }
 
 TEST_P(Receive, AnEitherWaitWonByTheOtherSocketKeepsWhatTheFirstReceives) {
-  SG_DRIVER_RUNTIME(rt, sg::testing::workers(2));
-  Pair a = make_pair(rt);
-  Pair b = make_pair(rt);
+  SG_DRIVER_RUNTIME(rt, workers(2));
+  ReceivePair a = make_receive_pair(rt);
+  ReceivePair b = make_receive_pair(rt);
   std::atomic<bool> b_won{false};
   auto h = rt.spawn([&]() -> exec::Task<std::string> {
     EitherReadable w = co_await a.stream->wait_readable(b.stream.get());
@@ -135,10 +135,10 @@ TEST_P(Receive, AnEitherWaitWonByTheOtherSocketKeepsWhatTheFirstReceives) {
 }
 
 TEST_P(Receive, IdleReadersHoldNoReceiveBuffer) {
-  SG_DRIVER_RUNTIME(rt, sg::testing::workers(2));
+  SG_DRIVER_RUNTIME(rt, workers(2));
   constexpr int kReaders = 50;
-  std::vector<Pair> pairs;
-  for (int i = 0; i < kReaders; ++i) pairs.push_back(make_pair(rt));
+  std::vector<ReceivePair> pairs;
+  for (int i = 0; i < kReaders; ++i) pairs.push_back(make_receive_pair(rt));
   std::atomic<int> started{0};
   std::vector<exec::JoinHandle<std::string>> hs;
   for (auto& p : pairs) {
@@ -148,14 +148,14 @@ TEST_P(Receive, IdleReadersHoldNoReceiveBuffer) {
     }));
   }
   ASSERT_TRUE(sg::testing::eventually([&] { return started.load() == kReaders; }));
-  if (uring(rt)) {
+  if (uses_io_uring(rt)) {
     // One receive per waiting socket, none of them holding a buffer.
     ASSERT_TRUE(sg::testing::eventually([&] { return ring_totals(rt).in_flight >= kReaders; }));
     EXPECT_EQ(ring_totals(rt).buffers_in_use, 0u);
   }
   for (auto& p : pairs) ASSERT_EQ(::send(p.peer, "abc", 3, 0), 3);
   for (auto& h : hs) EXPECT_EQ(h.wait(), "abc");
-  if (uring(rt)) {
+  if (uses_io_uring(rt)) {
     EXPECT_TRUE(sg::testing::eventually([&] {
       RingStats t = ring_totals(rt);
       return t.buffers_in_use == 0 && t.in_flight == 0;
@@ -167,10 +167,10 @@ TEST_P(Receive, IdleReadersHoldNoReceiveBuffer) {
 // Spawns a task per socket in pairs[first..] that waits until its socket is readable
 // (io_uring: its receive completes and keeps the bytes, holding a buffer or finding none),
 // then waits for `go` and reads the 8 bytes; sends each socket its bytes.
-void hold_and_read(Runtime& rt, std::vector<Pair>& pairs, std::size_t first, std::atomic<int>& woken,
+void hold_and_read(Runtime& rt, std::vector<ReceivePair>& pairs, std::size_t first, std::atomic<int>& woken,
                    std::atomic<bool>& go, std::vector<exec::JoinHandle<std::string>>& hs) {
   for (std::size_t i = first; i < pairs.size(); ++i) {
-    Pair* p = &pairs[i];
+    ReceivePair* p = &pairs[i];
     hs.push_back(rt.spawn([p, &woken, &go]() -> exec::Task<std::string> {
       EitherReadable w = co_await p->stream->wait_readable(nullptr);
       woken.fetch_add(1);
@@ -186,7 +186,7 @@ void hold_and_read(Runtime& rt, std::vector<Pair>& pairs, std::size_t first, std
 }
 
 TEST_P(Receive, MoreReadySocketsThanBuffersStillReadEverything) {
-  SG_DRIVER_RUNTIME(rt, sg::testing::workers(1));  // one ring: more ready sockets than its buffers
+  SG_DRIVER_RUNTIME(rt, workers(1));  // one ring: more ready sockets than its buffers
   // Waves of 48 sockets whose receives keep their bytes until the reads at the end. On
   // io_uring the ring starts with 32 buffers and doubles, up to 256, at a shortage that is
   // the 16th since it last grew and at least 1 in 16 of the receives since then, when
@@ -196,10 +196,10 @@ TEST_P(Receive, MoreReadySocketsThanBuffersStillReadEverything) {
                 UringDriver::kGrowAfterShortages == 16 && UringDriver::kShortageRate == 16);
   constexpr int kWave = 48;
   constexpr int kWaves = 7;
-  if (uring(rt)) {
+  if (uses_io_uring(rt)) {
     EXPECT_EQ(ring_totals(rt).buffers_provided, std::size_t{UringDriver::kInitialReceiveBuffers});
   }
-  std::vector<Pair> pairs;
+  std::vector<ReceivePair> pairs;
   pairs.reserve(std::size_t{kWave} * kWaves);  // the tasks hold pointers into it
   std::atomic<int> woken{0};
   std::atomic<bool> go{false};
@@ -207,17 +207,17 @@ TEST_P(Receive, MoreReadySocketsThanBuffersStillReadEverything) {
   std::vector<std::size_t> provided_after_wave;
   for (int wave = 0; wave < kWaves; ++wave) {
     const std::size_t first = pairs.size();
-    for (int i = 0; i < kWave; ++i) pairs.push_back(make_pair(rt));
+    for (int i = 0; i < kWave; ++i) pairs.push_back(make_receive_pair(rt));
     hold_and_read(rt, pairs, first, woken, go, hs);
     ASSERT_TRUE(sg::testing::eventually([&] { return woken.load() == static_cast<int>(pairs.size()); }));
-    if (uring(rt)) {
+    if (uses_io_uring(rt)) {
       RingStats t = ring_totals(rt);
       provided_after_wave.push_back(t.buffers_provided);
       EXPECT_EQ(t.buffers_in_use + t.buffer_shortages, pairs.size()) << "each receive holds a buffer or found none";
       EXPECT_LE(t.buffers_in_use, t.buffers_provided);
     }
   }
-  if (uring(rt)) {
+  if (uses_io_uring(rt)) {
     EXPECT_EQ(provided_after_wave, (std::vector<std::size_t>{64, 128, 128, 256, 256, 256, 256}));
     EXPECT_EQ(ring_totals(rt).buffers_in_use, std::size_t{UringDriver::kReceiveBuffers});
   }
@@ -225,23 +225,23 @@ TEST_P(Receive, MoreReadySocketsThanBuffersStillReadEverything) {
   for (std::size_t i = 0; i < hs.size(); ++i) {
     EXPECT_EQ(hs[i].wait(), "m" + std::to_string(1'000'000 + i).substr(1) + ".");
   }
-  if (uring(rt)) {
+  if (uses_io_uring(rt)) {
     EXPECT_TRUE(sg::testing::eventually([&] { return ring_totals(rt).buffers_in_use == 0; }));
   }
   for (auto& p : pairs) ::close(p.peer);
 }
 
 TEST_P(Receive, AFewShortagesDoNotGrowTheRing) {
-  SG_DRIVER_RUNTIME(rt, sg::testing::workers(1));
+  SG_DRIVER_RUNTIME(rt, workers(1));
   // 40 held receives on 32 buffers: 8 find none (fewer than 16), and read with recv.
-  std::vector<Pair> pairs;
-  for (int i = 0; i < 40; ++i) pairs.push_back(make_pair(rt));
+  std::vector<ReceivePair> pairs;
+  for (int i = 0; i < 40; ++i) pairs.push_back(make_receive_pair(rt));
   std::atomic<int> woken{0};
   std::atomic<bool> go{false};
   std::vector<exec::JoinHandle<std::string>> hs;
   hold_and_read(rt, pairs, 0, woken, go, hs);
   ASSERT_TRUE(sg::testing::eventually([&] { return woken.load() == 40; }));
-  if (uring(rt)) {
+  if (uses_io_uring(rt)) {
     RingStats t = ring_totals(rt);
     EXPECT_EQ(t.buffer_shortages, 8u);
     EXPECT_EQ(t.buffers_provided, std::size_t{UringDriver::kInitialReceiveBuffers});
@@ -254,8 +254,8 @@ TEST_P(Receive, AFewShortagesDoNotGrowTheRing) {
 }
 
 TEST_P(Receive, ClosingASocketWithUntakenBytesGivesTheBufferBack) {
-  SG_DRIVER_RUNTIME(rt, sg::testing::workers(2));
-  Pair p = make_pair(rt);
+  SG_DRIVER_RUNTIME(rt, workers(2));
+  ReceivePair p = make_receive_pair(rt);
   auto h = rt.spawn([&]() -> exec::Task<bool> {
     EitherReadable w = co_await p.stream->wait_readable(nullptr);
     // The bytes are in the socket's receive now (io_uring): nothing takes them.
@@ -264,7 +264,7 @@ TEST_P(Receive, ClosingASocketWithUntakenBytesGivesTheBufferBack) {
   });
   ASSERT_EQ(::send(p.peer, "unread", 6, 0), 6);
   EXPECT_EQ(h.wait(), std::optional<bool>(true));
-  if (uring(rt)) {
+  if (uses_io_uring(rt)) {
     EXPECT_TRUE(sg::testing::eventually([&] {
       RingStats t = ring_totals(rt);
       return t.buffers_in_use == 0 && t.in_flight == 0;
@@ -274,8 +274,8 @@ TEST_P(Receive, ClosingASocketWithUntakenBytesGivesTheBufferBack) {
 }
 
 TEST_P(Receive, PeekSeesWhatAReceiveHolds) {
-  SG_DRIVER_RUNTIME(rt, sg::testing::workers(2));
-  Pair p = make_pair(rt);
+  SG_DRIVER_RUNTIME(rt, workers(2));
+  ReceivePair p = make_receive_pair(rt);
   std::atomic<bool> looked{false};
   auto h = rt.spawn([&]() -> exec::Task<std::string> {
     if (!p.stream->silent()) co_return "not silent before any byte";
@@ -318,8 +318,8 @@ struct CloseWithUnsubmittedReceive {
 };
 
 TEST_P(Receive, AClosedSocketsPendingReceiveNeverTakesTheNextSocketsBytes) {
-  SG_DRIVER_RUNTIME(rt, sg::testing::workers(2));
-  Pair p = make_pair(rt);
+  SG_DRIVER_RUNTIME(rt, workers(2));
+  ReceivePair p = make_receive_pair(rt);
   struct Out {
     int old_fd, fresh_fd, fresh_peer;
   };
@@ -330,7 +330,7 @@ TEST_P(Receive, AClosedSocketsPendingReceiveNeverTakesTheNextSocketsBytes) {
   });
   auto out = h.wait();
   ASSERT_TRUE(out.has_value());
-  if (uring(rt)) {
+  if (uses_io_uring(rt)) {
     EXPECT_NE(out->fresh_fd, out->old_fd) << "the number was freed before the receive reached the kernel";
   }
   // The closed socket's peer sees EOF once the ring has closed it.
@@ -343,7 +343,7 @@ TEST_P(Receive, AClosedSocketsPendingReceiveNeverTakesTheNextSocketsBytes) {
   ASSERT_EQ(::send(out->fresh_peer, "mine", 4, 0), 4);
   auto r = rt.spawn([&]() -> exec::Task<std::string> { co_return co_await read_exactly(fresh, 4, 16); });
   EXPECT_EQ(r.wait(), "mine");
-  if (uring(rt)) {
+  if (uses_io_uring(rt)) {
     EXPECT_TRUE(sg::testing::eventually([&] { return ring_totals(rt).in_flight == 0; }));
   }
   ::close(out->fresh_peer);

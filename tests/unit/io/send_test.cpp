@@ -24,6 +24,8 @@ namespace sg::io {
 namespace {
 
 using namespace std::chrono_literals;
+using sg::testing::ring_ops_in_flight;
+using sg::testing::workers;
 
 class Send : public ::testing::TestWithParam<IoDriverKind> {};
 INSTANTIATE_TEST_SUITE_P(Drivers, Send, sg::testing::kDrivers, sg::testing::driver_test_name);
@@ -34,17 +36,17 @@ std::string pattern(std::size_t n, int seed) {
   return s;
 }
 
-struct Pair {
+struct SendPair {
   int peer = -1;
   TcpStream stream;
 };
 
-Pair make_pair(Runtime& rt) {
+SendPair make_send_pair(Runtime& rt) {
   int sv[2];
   EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
   auto s = Socket::adopt(rt.context(), sv[0]);
   EXPECT_TRUE(s.ok());
-  return Pair{sv[1], TcpStream(std::move(*s))};
+  return SendPair{sv[1], TcpStream(std::move(*s))};
 }
 
 // Reads from the (non-blocking) peer until `n` bytes or `limit`.
@@ -61,15 +63,9 @@ std::string read_peer(int fd, std::size_t n, std::chrono::milliseconds limit) {
   return got;
 }
 
-std::size_t ops_in_flight(Runtime& rt) {
-  std::size_t n = 0;
-  for (const RingStats& r : rt.ring_stats()) n += r.in_flight;
-  return n;
-}
-
 TEST_P(Send, AWriteFarBiggerThanTheSocketBufferArrivesWholeAndInOrder) {
-  SG_DRIVER_RUNTIME(rt, sg::testing::workers(2));
-  Pair p = make_pair(rt);
+  SG_DRIVER_RUNTIME(rt, workers(2));
+  SendPair p = make_send_pair(rt);
   // Three pieces, 1.2 MiB: many sends, most of them short (the socket buffer is ~200 KiB).
   const std::string a = pattern(700'000, 1), b = pattern(5, 2), c = pattern(500'000, 3);
   auto h = rt.spawn([&]() -> exec::Task<std::string> {
@@ -81,13 +77,13 @@ TEST_P(Send, AWriteFarBiggerThanTheSocketBufferArrivesWholeAndInOrder) {
   EXPECT_EQ(h.wait(), "ok");
   ASSERT_EQ(got.size(), a.size() + b.size() + c.size());
   EXPECT_TRUE(got == a + b + c) << "the bytes arrived out of order or changed";
-  EXPECT_TRUE(sg::testing::eventually([&] { return ops_in_flight(rt) == 0; }));
+  EXPECT_TRUE(sg::testing::eventually([&] { return ring_ops_in_flight(rt) == 0; }));
   ::close(p.peer);
 }
 
 TEST_P(Send, AGatheredWriteOfManyPiecesSomeEmptyArrivesWholeAndInOrder) {
-  SG_DRIVER_RUNTIME(rt, sg::testing::workers(2));
-  Pair p = make_pair(rt);
+  SG_DRIVER_RUNTIME(rt, workers(2));
+  SendPair p = make_send_pair(rt);
   // 300 pieces (more than one sendmsg takes: 64 buffers), every third one empty, and big
   // enough in total (~1.5 MiB) for short writes that end inside a piece.
   std::vector<std::string> pieces;
@@ -109,8 +105,8 @@ TEST_P(Send, AGatheredWriteOfManyPiecesSomeEmptyArrivesWholeAndInOrder) {
 }
 
 TEST_P(Send, ThousandsOfSmallWritesArriveWholeAndInOrder) {
-  SG_DRIVER_RUNTIME(rt, sg::testing::workers(2));
-  Pair p = make_pair(rt);
+  SG_DRIVER_RUNTIME(rt, workers(2));
+  SendPair p = make_send_pair(rt);
   const std::string all = pattern(6'000'000, 6);
   auto h = rt.spawn([&]() -> exec::Task<std::string> {
     // 1 B .. 8 KiB, as a head and a piece of body: sends on the ring, many of them waiting
@@ -130,13 +126,13 @@ TEST_P(Send, ThousandsOfSmallWritesArriveWholeAndInOrder) {
   EXPECT_EQ(h.wait(), "ok");
   ASSERT_EQ(got.size(), all.size());
   EXPECT_TRUE(got == all) << "the bytes arrived out of order or changed";
-  EXPECT_TRUE(sg::testing::eventually([&] { return ops_in_flight(rt) == 0; }));
+  EXPECT_TRUE(sg::testing::eventually([&] { return ring_ops_in_flight(rt) == 0; }));
   ::close(p.peer);
 }
 
 TEST_P(Send, SmallWritesToAPeerThatStopsReadingTimeOutAndLeaveNoOperation) {
-  SG_DRIVER_RUNTIME(rt, sg::testing::workers(2));
-  Pair p = make_pair(rt);
+  SG_DRIVER_RUNTIME(rt, workers(2));
+  SendPair p = make_send_pair(rt);
   const std::string piece = pattern(4000, 7);
   auto h = rt.spawn([&]() -> exec::Task<std::string> {
     auto t0 = Clock::now();
@@ -150,13 +146,13 @@ TEST_P(Send, SmallWritesToAPeerThatStopsReadingTimeOutAndLeaveNoOperation) {
     co_return "never blocked";
   });
   EXPECT_EQ(h.wait(), "ok");
-  EXPECT_TRUE(sg::testing::eventually([&] { return ops_in_flight(rt) == 0; }));
+  EXPECT_TRUE(sg::testing::eventually([&] { return ring_ops_in_flight(rt) == 0; }));
   ::close(p.peer);
 }
 
 TEST_P(Send, AWriteToAPeerThatStopsReadingTimesOutAndLeavesNoOperation) {
-  SG_DRIVER_RUNTIME(rt, sg::testing::workers(2));
-  Pair p = make_pair(rt);
+  SG_DRIVER_RUNTIME(rt, workers(2));
+  SendPair p = make_send_pair(rt);
   const std::string big = pattern(4'000'000, 4);
   auto h = rt.spawn([&]() -> exec::Task<std::string> {
     auto t0 = Clock::now();
@@ -166,13 +162,13 @@ TEST_P(Send, AWriteToAPeerThatStopsReadingTimesOutAndLeavesNoOperation) {
     co_return "ok";
   });
   EXPECT_EQ(h.wait(), "ok");
-  EXPECT_TRUE(sg::testing::eventually([&] { return ops_in_flight(rt) == 0; }));
+  EXPECT_TRUE(sg::testing::eventually([&] { return ring_ops_in_flight(rt) == 0; }));
   ::close(p.peer);
 }
 
 TEST_P(Send, ATaskDroppedInTheMiddleOfAWriteLeavesOnlyItsBytesToSend) {
-  SG_DRIVER_RUNTIME(rt, sg::testing::workers(2));
-  Pair p = make_pair(rt);
+  SG_DRIVER_RUNTIME(rt, workers(2));
+  SendPair p = make_send_pair(rt);
   std::atomic<bool> writing{false};
   auto h = rt.spawn([&]() -> exec::Task<void> {
     // The data lives in this frame, which is freed when the task is dropped below; small
@@ -194,14 +190,14 @@ TEST_P(Send, ATaskDroppedInTheMiddleOfAWriteLeavesOnlyItsBytesToSend) {
   ASSERT_GT(got.size(), 0u);
   EXPECT_TRUE(expect.compare(0, got.size(), got) == 0) << "received bytes that were never written";
   p.stream.close();
-  EXPECT_TRUE(sg::testing::eventually([&] { return ops_in_flight(rt) == 0; }));
+  EXPECT_TRUE(sg::testing::eventually([&] { return ring_ops_in_flight(rt) == 0; }));
   ::close(p.peer);
 }
 
 TEST_P(Send, ACloseOnAWorkerReachesThePeerAfterTheLastWrite) {
   // io_uring: the close is a submission of the worker's ring, after the send before it.
-  SG_DRIVER_RUNTIME(rt, sg::testing::workers(2));
-  Pair p = make_pair(rt);
+  SG_DRIVER_RUNTIME(rt, workers(2));
+  SendPair p = make_send_pair(rt);
   auto h = rt.spawn([&]() -> exec::Task<bool> {
     auto ec = co_await p.stream.write_all("bye");
     p.stream.close();

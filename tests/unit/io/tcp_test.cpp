@@ -23,21 +23,18 @@
 #include "exec/context.h"
 #include "io/runtime.h"
 #include "io/stream.h"
+#include "../../support/drop_flag.h"
 #include "../../support/eventually.h"
 #include "../../support/io_drivers.h"
 #include "../../support/loopback.h"
+#include "../../support/workers.h"
 
 namespace sg::io {
 namespace {
 
 using namespace std::chrono_literals;
+using sg::testing::workers;
 using sg::testing::connect_loopback;
-
-exec::RuntimeConfig two_workers() {
-  exec::RuntimeConfig c;
-  c.worker_threads = 2;
-  return c;
-}
 
 bool on_worker() { return exec::tl_ctx.worker != nullptr && !exec::tl_ctx.in_driver; }
 
@@ -45,7 +42,7 @@ class Tcp : public ::testing::TestWithParam<IoDriverKind> {};
 INSTANTIATE_TEST_SUITE_P(Drivers, Tcp, sg::testing::kDrivers, sg::testing::driver_test_name);
 
 TEST_P(Tcp, EchoServerCompletionsRunOnWorkers) {
-  SG_DRIVER_RUNTIME(rt, two_workers());
+  SG_DRIVER_RUNTIME(rt, workers(2));
   auto listener = TcpListener::bind(rt.context(), tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0), {});
   ASSERT_TRUE(listener.ok()) << listener.error().message();
   uint16_t port = listener->local_endpoint().port();
@@ -93,7 +90,7 @@ TEST_P(Tcp, EchoServerCompletionsRunOnWorkers) {
 }
 
 TEST_P(Tcp, ReadDeadlineTimesOutAndSocketStaysUsable) {
-  SG_DRIVER_RUNTIME(rt, two_workers());
+  SG_DRIVER_RUNTIME(rt, workers(2));
   auto listener = TcpListener::bind(rt.context(), tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0), {});
   ASSERT_TRUE(listener.ok());
   uint16_t port = listener->local_endpoint().port();
@@ -122,7 +119,7 @@ TEST_P(Tcp, ReadDeadlineTimesOutAndSocketStaysUsable) {
 }
 
 TEST_P(Tcp, AcceptedStreamsAreNonBlockingWithNodelayAndAcceptReportsThePeer) {
-  SG_DRIVER_RUNTIME(rt, two_workers());
+  SG_DRIVER_RUNTIME(rt, workers(2));
   auto listener = TcpListener::bind(rt.context(), tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0), {});
   ASSERT_TRUE(listener.ok());
   uint16_t port = listener->local_endpoint().port();
@@ -171,7 +168,7 @@ struct IdleWait {
 // The idle wait of a keep-alive connection: false at the deadline, true once bytes arrive,
 // and it consumes nothing (the read that follows gets them).
 TEST_P(Tcp, AStreamsReadableWaitEndsAtItsDeadlineOrOnDataAndConsumesNothing) {
-  SG_DRIVER_RUNTIME(rt, two_workers());
+  SG_DRIVER_RUNTIME(rt, workers(2));
   auto listener = TcpListener::bind(rt.context(), tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0), {});
   ASSERT_TRUE(listener.ok());
   uint16_t port = listener->local_endpoint().port();
@@ -200,7 +197,7 @@ TEST_P(Tcp, AStreamsReadableWaitEndsAtItsDeadlineOrOnDataAndConsumesNothing) {
 }
 
 TEST_P(Tcp, ConnectRefusedIsAnError) {
-  SG_DRIVER_RUNTIME(rt, two_workers());
+  SG_DRIVER_RUNTIME(rt, workers(2));
   // Find a port nobody listens on: bind, read the port, close.
   uint16_t port;
   {
@@ -219,7 +216,7 @@ TEST_P(Tcp, ConnectRefusedIsAnError) {
 }
 
 TEST_P(Tcp, ConnectToAListenerWithAFullBacklogTimesOutAndLeavesNoOperation) {
-  SG_DRIVER_RUNTIME(rt, two_workers());
+  SG_DRIVER_RUNTIME(rt, workers(2));
   // A listener with a backlog of 0 that never accepts: once it holds a connection or two,
   // further SYNs are dropped, and a connect waits for its deadline.
   int l = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -260,7 +257,7 @@ TEST_P(Tcp, ConnectToAListenerWithAFullBacklogTimesOutAndLeavesNoOperation) {
 }
 
 TEST_P(Tcp, SleepWaitsAndResumesOnAWorker) {
-  SG_DRIVER_RUNTIME(rt, two_workers());
+  SG_DRIVER_RUNTIME(rt, workers(2));
   auto r = rt.block_on([]() -> exec::Task<bool> {
     auto t0 = Clock::now();
     co_await sleep_for(30ms);
@@ -269,19 +266,14 @@ TEST_P(Tcp, SleepWaitsAndResumesOnAWorker) {
   EXPECT_EQ(r, true);
 }
 
-struct DropFlag {
-  std::atomic<bool>* f;
-  ~DropFlag() { f->store(true); }
-};
-
 TEST_P(Tcp, CancellingATaskBlockedInReadDropsItsFrame) {
-  SG_DRIVER_RUNTIME(rt, two_workers());
+  SG_DRIVER_RUNTIME(rt, workers(2));
   auto listener = TcpListener::bind(rt.context(), tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0), {});
   ASSERT_TRUE(listener.ok());
   uint16_t port = listener->local_endpoint().port();
   std::atomic<bool> reading{false}, dropped{false};
   auto h = rt.spawn([&, l = std::move(*listener)]() mutable -> exec::Task<void> {
-    DropFlag d{&dropped};
+    sg::testing::DropFlag d{&dropped};
     auto conn = co_await l.accept();
     if (!conn.ok()) co_return;
     char buf[16];
@@ -304,7 +296,7 @@ TEST_P(Tcp, ShutdownWithPendingIoDropsWaitingTasks) {
   std::atomic<int> dropped{0};
   int fd = -1;
   {
-    SG_DRIVER_RUNTIME(rt, two_workers());
+    SG_DRIVER_RUNTIME(rt, workers(2));
     auto listener = TcpListener::bind(rt.context(), tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0), {});
     ASSERT_TRUE(listener.ok());
     uint16_t port = listener->local_endpoint().port();
@@ -364,7 +356,7 @@ struct FirstReady {
 TEST_P(Tcp, MoreWaitsInOneTickThanTheSubmissionQueueHoldsAllWork) {
   // 600 polls started in one task poll: the 256-slot submission queue fills and is handed
   // to the kernel in the middle; the one socket written to wins, the rest are cancelled.
-  SG_DRIVER_RUNTIME(rt, two_workers());
+  SG_DRIVER_RUNTIME(rt, workers(2));
   constexpr std::size_t kSockets = 600;
   std::vector<Socket> socks;
   std::vector<int> peers;

@@ -27,7 +27,7 @@ using sg::testing::TlsClient;
 class Tls : public ::testing::TestWithParam<IoDriverKind> {};
 INSTANTIATE_TEST_SUITE_P(Drivers, Tls, sg::testing::kDrivers, sg::testing::driver_test_name);
 
-std::string pattern(std::size_t n, int seed) {
+std::string tls_pattern(std::size_t n, int seed) {
   std::string s(n, '\0');
   for (std::size_t i = 0; i < n; ++i) s[i] = static_cast<char>('a' + (i * 7 + static_cast<std::size_t>(seed)) % 26);
   return s;
@@ -35,26 +35,26 @@ std::string pattern(std::size_t n, int seed) {
 
 // A stream on one end of a socket pair (non-blocking, for the runtime) and the other end's
 // descriptor (blocking, for a client thread).
-struct Pair {
+struct TlsPair {
   Stream stream;
   int peer = -1;
 };
 
-Pair make_pair(Runtime& rt) {
+TlsPair make_tls_pair(Runtime& rt) {
   int sv[2];
   EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
   int fl = 1;
   EXPECT_EQ(::ioctl(sv[0], FIONBIO, &fl), 0);
   auto s = Socket::adopt(rt.context(), sv[0]);
   EXPECT_TRUE(s.ok());
-  return Pair{Stream(TcpStream(std::move(*s))), sv[1]};
+  return TlsPair{Stream(TcpStream(std::move(*s))), sv[1]};
 }
 
 TEST_P(Tls, BytesOfEverySizeCrossBothWays) {
   SG_DRIVER_RUNTIME(rt, sg::testing::workers(2));
   TestTls tls;
-  Pair p = make_pair(rt);
-  const std::string up = pattern(300'000, 1);
+  TlsPair p = make_tls_pair(rt);
+  const std::string up = tls_pattern(300'000, 1);
   std::string echoed;
   std::thread client([&] {
     TlsClient c(tls.client(), p.peer);
@@ -92,13 +92,13 @@ TEST_P(Tls, BytesOfEverySizeCrossBothWays) {
 TEST_P(Tls, BuffersOfARequestInProgressAreGivenBackWhenIdle) {
   SG_DRIVER_RUNTIME(rt, sg::testing::workers(1));
   TestTls tls;
-  Pair p = make_pair(rt);
+  TlsPair p = make_tls_pair(rt);
   std::thread client([&] {
     TlsClient c(tls.client(), p.peer);
     if (!c.handshake()) return;
     for (int round = 0; round < 2; ++round) {
       if (!c.write("ping")) return;
-      if (c.read(3000) != pattern(3000, round)) return;
+      if (c.read(3000) != tls_pattern(3000, round)) return;
     }
     c.close_notify();
   });
@@ -109,7 +109,7 @@ TEST_P(Tls, BuffersOfARequestInProgressAreGivenBackWhenIdle) {
       char small[16];  // below the size TLS reads ciphertext into: the read goes through the scratch
       IoResult r = co_await p.stream.read_some(small, Deadline::after(10s));
       if (r.ec || std::string_view(small, r.n) != "ping") co_return "read failed";
-      const std::string body = pattern(3000, round);
+      const std::string body = tls_pattern(3000, round);
       const std::string_view pieces[] = {std::string_view(body).substr(0, 100), std::string_view(body).substr(100)};
       if (auto ec = co_await p.stream.write_all(pieces, Deadline::after(10s))) co_return "write: " + ec.message();
       log += std::to_string(p.stream.tls()->idle_releasable_bytes() > 0) + " ";
@@ -125,7 +125,7 @@ TEST_P(Tls, BuffersOfARequestInProgressAreGivenBackWhenIdle) {
 TEST_P(Tls, ACloseNotifyIsAPeerCloseAndPlaintextIsNot) {
   SG_DRIVER_RUNTIME(rt, sg::testing::workers(1));
   TestTls tls;
-  Pair p = make_pair(rt);
+  TlsPair p = make_tls_pair(rt);
   std::atomic<int> step{0};
   std::thread client([&] {
     TlsClient c(tls.client(), p.peer);
@@ -159,11 +159,11 @@ TEST_P(Tls, ACloseNotifyIsAPeerCloseAndPlaintextIsNot) {
 TEST_P(Tls, PlaintextAlreadyDecryptedMakesTheStreamReadableAtOnce) {
   SG_DRIVER_RUNTIME(rt, sg::testing::workers(1));
   TestTls tls;
-  Pair p = make_pair(rt);
+  TlsPair p = make_tls_pair(rt);
   std::thread client([&] {
     TlsClient c(tls.client(), p.peer);
     if (!c.handshake()) return;
-    c.write(pattern(5000, 3));  // one record
+    c.write(tls_pattern(5000, 3));  // one record
     c.read(1);                  // wait for the test to finish
   });
   auto h = rt.spawn([&]() -> exec::Task<std::string> {
@@ -190,7 +190,7 @@ TEST_P(Tls, PlaintextAlreadyDecryptedMakesTheStreamReadableAtOnce) {
 TEST_P(Tls, ASilentClientTimesOutTheHandshake) {
   SG_DRIVER_RUNTIME(rt, sg::testing::workers(1));
   TestTls tls;
-  Pair p = make_pair(rt);
+  TlsPair p = make_tls_pair(rt);
   auto h = rt.spawn([&]() -> exec::Task<std::string> {
     auto ec = co_await p.stream.accept_tls(tls.server(), nullptr, Deadline::after(50ms));
     if (ec != std::errc::timed_out) co_return "expected a timeout, got " + ec.message();
@@ -203,7 +203,7 @@ TEST_P(Tls, ASilentClientTimesOutTheHandshake) {
 TEST_P(Tls, PlainHttpIsToldApartFromABrokenHandshake) {
   SG_DRIVER_RUNTIME(rt, sg::testing::workers(1));
   TestTls tls;
-  Pair p = make_pair(rt);
+  TlsPair p = make_tls_pair(rt);
   const std::string get = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
   ASSERT_EQ(::send(p.peer, get.data(), get.size(), 0), static_cast<ssize_t>(get.size()));
   auto h = rt.spawn([&]() -> exec::Task<std::string> {
