@@ -28,8 +28,8 @@ constexpr std::size_t kPage = 4096;
 struct alignas(64) SlabHeader {
   ThreadCache* owner;  // fixed for the slab's lifetime
   uint32_t cls;
-  // Blocks carved so far: written by the owner only (blocks are carved one at a time,
-  // as they are first needed, so a slab's pages become resident only as they are used).
+  // Blocks carved so far: written by the owner only (blocks are carved a page's worth at
+  // a time, as they are first needed, so a slab's pages become resident only as used).
   uint32_t carved;
 };
 constexpr std::size_t kSlabHeaderBytes = sizeof(SlabHeader);

@@ -6,15 +6,15 @@
 // as much as the queue.
 //
 // Scheme (mimalloc-style "delayed free"): each thread that allocates owns a cache. Blocks
-// are carved, as they are first needed, from 64 KiB slabs: each slab is an anonymous
-// mapping of its own (alloc.cpp says why not malloc), aligned to its size, whose header
-// names its owner cache and size class, so a block carries no header (its slab is its
-// address rounded down). Freed by its owner, a block goes onto the owner's local free
-// list (plain pointers); freed by any other thread, it is pushed onto the owner's
-// per-class remote stack with one CAS, and the owner takes the whole stack with one
-// exchange when its local list runs dry. Memory held is thus bounded by the peak number
-// of live tasks/frames per thread; task_cache_trim() (a worker that has been idle a
-// while) unmaps the slabs whose blocks are all free, so a spike's frames do not stay
+// are carved a page's worth at a time, as first needed, from 64 KiB slabs: each slab is
+// an anonymous mapping of its own (alloc.cpp says why not malloc), aligned to its size,
+// whose header names its owner cache and size class, so a block carries no header (its
+// slab is its address rounded down). Freed by its owner, a block goes onto the owner's
+// local free list (plain pointers); freed by any other thread, it is pushed onto the
+// owner's per-class remote stack with one CAS, and the owner takes the whole stack with
+// one exchange when its local list runs dry. Memory held is thus bounded by the peak
+// number of live tasks/frames per thread; task_cache_trim() (a worker that has been idle
+// a while) unmaps the slabs whose blocks are all free, so a spike's frames do not stay
 // resident for the life of the process. A thread's cache, with its blocks, is retired
 // when the thread exits and adopted by the next new thread.
 // Allocations above 8 KiB, and all allocations under AddressSanitizer (so use-after-free
