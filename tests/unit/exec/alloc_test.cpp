@@ -51,9 +51,10 @@ TEST(TaskAllocTrim, ReleasesWhollyFreeSlabsOnly) {
   EXPECT_EQ(task_cache_slab_bytes(), before);
 }
 
-// Blocks carry no header: a fresh slab's blocks sit one class size apart, after the slab's
-// 64-byte header at the start of its 64 KiB-aligned mapping, and are carved only as they
-// are needed (the slab's untouched pages are not counted, nor resident).
+// Blocks carry no header: a fresh slab's blocks sit one class size apart, after the
+// 512 bytes at the start of its 64 KiB-aligned mapping that hold the slab's header, and
+// are carved only as they are needed (the slab's untouched pages are not counted, nor
+// resident).
 TEST(TaskAllocTrim, BlocksArePackedInAlignedSlabs) {
   if (!kTaskAllocPooled) GTEST_SKIP() << "AddressSanitizer build: task memory is plain malloc, there are no slabs";
   task_cache_trim();
@@ -61,7 +62,7 @@ TEST(TaskAllocTrim, BlocksArePackedInAlignedSlabs) {
   constexpr std::size_t kClassBytes = 7 * 1024 + 256;  // the class of kBytes
   std::vector<void*> blocks = allocate(2);
   const auto first = reinterpret_cast<uintptr_t>(blocks[0]);
-  EXPECT_EQ(first % kAllocSlabBytes, 64u) << "the first block follows the slab header";
+  EXPECT_EQ(first % kAllocSlabBytes, 512u) << "the first block follows the header area";
   EXPECT_EQ(reinterpret_cast<uintptr_t>(blocks[1]) - first, kClassBytes);
   EXPECT_EQ(task_cache_slab_bytes() - before, 16u * 1024) << "two blocks touch 4 pages, not the slab's 16";
   for (void* p : blocks) task_free(p, kBytes);
