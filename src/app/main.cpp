@@ -21,6 +21,7 @@
 #include "common/log.h"
 #include "config/loader.h"
 #include "io/inherited.h"
+#include "io/openssl_memory.h"
 #include "io/runtime.h"
 #include "proxy/gateway.h"
 #include "stealgate_version.h"
@@ -291,7 +292,7 @@ class Daemon {
   config::AdminSection admin_cfg_;
 };
 
-int run(const app::Options& opts, const std::vector<std::string>& argv) {
+int run(const app::Options& opts, const std::vector<std::string>& argv, bool openssl_hooks) {
   config::LoadResult loaded = config::load_file(opts.config_path);
   if (!loaded.ok()) {
     std::cerr << loaded.error_text();
@@ -307,6 +308,7 @@ int run(const app::Options& opts, const std::vector<std::string>& argv) {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
   log::setup(log_options(loaded.config->logging));
+  if (!openssl_hooks) SG_LOG_WARN("OpenSSL allocated before its memory hooks were installed: TLS record buffers are not recycled");
   int rc = 0;
   {
     Daemon d(opts, argv, loaded.config, set);
@@ -326,6 +328,8 @@ int run(const app::Options& opts, const std::vector<std::string>& argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before anything calls OpenSSL (config checks load certificates): see the header.
+  const bool openssl_hooks = io::install_openssl_memory_hooks();
   std::vector<std::string> args(argv + 1, argv + argc);
   app::Options opts;
   std::string error;
@@ -366,5 +370,5 @@ int main(int argc, char** argv) {
     case app::Options::Mode::kRun:
       break;
   }
-  return run(opts, std::vector<std::string>(argv, argv + argc));
+  return run(opts, std::vector<std::string>(argv, argv + argc), openssl_hooks);
 }

@@ -1,0 +1,163 @@
+// OpenSSL's record buffers recycled per thread (io/openssl_memory.h). Its own main: the
+// hooks must be installed before anything in the process calls OpenSSL.
+#include "io/openssl_memory.h"
+
+#include <gtest/gtest.h>
+#include <openssl/bio.h>
+#include <openssl/evp.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using sg::io::cached_record_buffers;
+using sg::io::kRecordBufferCacheSize;
+using sg::io::openssl_memory_alloc;
+using sg::io::openssl_memory_free;
+using sg::io::release_cached_record_buffers;
+
+bool g_hooks_installed = false;
+
+constexpr std::size_t kReadBuffer = 16712;   // OpenSSL 3's record buffers
+constexpr std::size_t kWriteBuffer = 16584;
+
+class RecordBuffers : public ::testing::Test {
+ protected:
+  void SetUp() override { release_cached_record_buffers(); }
+  void TearDown() override { release_cached_record_buffers(); }
+};
+
+TEST_F(RecordBuffers, AFreedBufferServesTheNextRequestOfEitherSize) {
+  void* read_buf = openssl_memory_alloc(kReadBuffer);
+  std::memset(read_buf, 1, kReadBuffer);
+  openssl_memory_free(read_buf);
+  EXPECT_EQ(cached_record_buffers(), kRecordBufferCacheSize > 0 ? 1u : 0u);
+  void* write_buf = openssl_memory_alloc(kWriteBuffer);
+  if (kRecordBufferCacheSize > 0) {
+    EXPECT_EQ(write_buf, read_buf);
+  }
+  EXPECT_EQ(cached_record_buffers(), 0u);
+  std::memset(write_buf, 2, kWriteBuffer);  // the whole request fits (ASan checks it)
+  openssl_memory_free(write_buf);
+}
+
+TEST_F(RecordBuffers, OtherSizesGoStraightToMalloc) {
+  for (std::size_t n : {std::size_t{0}, std::size_t{100}, std::size_t{16 * 1024}, std::size_t{18 * 1024},
+                        std::size_t{64 * 1024}}) {
+    void* p = openssl_memory_alloc(n);
+    ASSERT_NE(p, nullptr);
+    std::memset(p, 3, n);
+    openssl_memory_free(p);
+    EXPECT_EQ(cached_record_buffers(), 0u) << n;
+  }
+  openssl_memory_free(nullptr);
+  EXPECT_EQ(cached_record_buffers(), 0u);
+}
+
+TEST_F(RecordBuffers, TheCacheIsBoundedAndReleaseEmptiesIt) {
+  std::vector<void*> blocks;
+  for (std::size_t i = 0; i < kRecordBufferCacheSize + 5; ++i) blocks.push_back(openssl_memory_alloc(kReadBuffer));
+  for (void* p : blocks) openssl_memory_free(p);
+  EXPECT_EQ(cached_record_buffers(), kRecordBufferCacheSize);
+  EXPECT_EQ(release_cached_record_buffers(), kRecordBufferCacheSize * 17 * 1024);
+  EXPECT_EQ(cached_record_buffers(), 0u);
+}
+
+TEST_F(RecordBuffers, ABufferFreedOnAnotherThreadJoinsThatThreadsCache) {
+  void* p = openssl_memory_alloc(kReadBuffer);
+  std::size_t cached_there = 99;
+  std::thread other([&] {
+    openssl_memory_free(p);
+    cached_there = cached_record_buffers();
+  });  // the thread's exit frees what it cached
+  other.join();
+  EXPECT_EQ(cached_there, kRecordBufferCacheSize > 0 ? 1u : 0u);
+  EXPECT_EQ(cached_record_buffers(), 0u);
+}
+
+// A self-signed P-256 certificate for `key`.
+X509* self_signed(EVP_PKEY* key) {
+  X509* x = X509_new();
+  X509_set_version(x, 2);
+  ASN1_INTEGER_set(X509_get_serialNumber(x), 1);
+  X509_gmtime_adj(X509_getm_notBefore(x), 0);
+  X509_gmtime_adj(X509_getm_notAfter(x), 3600);
+  X509_set_pubkey(x, key);
+  X509_NAME* name = X509_get_subject_name(x);
+  X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, reinterpret_cast<const unsigned char*>("test"), -1, -1, 0);
+  X509_set_issuer_name(x, name);
+  X509_sign(x, key, EVP_sha256());
+  return x;
+}
+
+// Runs both ends' handshakes over a BIO pair until both are done.
+bool handshake(SSL* client, SSL* server) {
+  for (int i = 0; i < 20; ++i) {
+    const int c = SSL_do_handshake(client);
+    const int s = SSL_do_handshake(server);
+    if (c == 1 && s == 1) return true;
+  }
+  return false;
+}
+
+TEST(OpenSslMemoryHooks, RecordBuffersOfARealSessionAreRecycled) {
+  ASSERT_TRUE(g_hooks_installed) << "OpenSSL allocated before main installed the hooks";
+  release_cached_record_buffers();
+  EVP_PKEY* key = EVP_EC_gen("P-256");
+  ASSERT_NE(key, nullptr);
+  X509* cert = self_signed(key);
+  SSL_CTX* sctx = SSL_CTX_new(TLS_server_method());
+  SSL_CTX* cctx = SSL_CTX_new(TLS_client_method());
+  ASSERT_EQ(SSL_CTX_use_certificate(sctx, cert), 1);
+  ASSERT_EQ(SSL_CTX_use_PrivateKey(sctx, key), 1);
+  SSL_CTX_set_mode(sctx, SSL_MODE_RELEASE_BUFFERS);  // as the gateway's contexts
+  SSL* server = SSL_new(sctx);
+  SSL* client = SSL_new(cctx);
+  BIO* to_server = nullptr;
+  BIO* to_client = nullptr;
+  ASSERT_EQ(BIO_new_bio_pair(&to_server, 0, &to_client, 0), 1);
+  SSL_set_bio(client, to_server, to_server);
+  SSL_set_bio(server, to_client, to_client);
+  SSL_set_connect_state(client);
+  SSL_set_accept_state(server);
+  ASSERT_TRUE(handshake(client, server));
+
+  // A request and its answer, twice: the server gives its buffers back after each record
+  // and takes them again from this thread's cache for the next.
+  for (int round = 0; round < 2; ++round) {
+    const std::string request = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    std::size_t n = 0;
+    ASSERT_EQ(SSL_write_ex(client, request.data(), request.size(), &n), 1);
+    char buf[256];
+    ASSERT_EQ(SSL_read_ex(server, buf, sizeof buf, &n), 1);
+    EXPECT_EQ(std::string(buf, n), request);
+    EXPECT_EQ(SSL_read_ex(server, buf, sizeof buf, &n), 0);  // nothing more: the buffer goes back
+    if (kRecordBufferCacheSize > 0) {
+      EXPECT_GE(cached_record_buffers(), 1u) << "round " << round;
+    }
+    ASSERT_EQ(SSL_write_ex(server, "ok", 2, &n), 1);
+    ASSERT_EQ(SSL_read_ex(client, buf, sizeof buf, &n), 1);
+    EXPECT_EQ(std::string(buf, n), "ok");
+  }
+  EXPECT_LE(cached_record_buffers(), kRecordBufferCacheSize);
+
+  SSL_free(client);
+  SSL_free(server);
+  SSL_CTX_free(cctx);
+  SSL_CTX_free(sctx);
+  X509_free(cert);
+  EVP_PKEY_free(key);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  g_hooks_installed = sg::io::install_openssl_memory_hooks();
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
