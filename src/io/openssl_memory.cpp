@@ -3,6 +3,7 @@
 #include <malloc.h>
 #include <openssl/crypto.h>
 
+#include <cstdint>
 #include <cstdlib>
 
 #include "exec/reclaim.h"
@@ -16,9 +17,12 @@ namespace {
 // size, so that every cached buffer fits every request.
 constexpr std::size_t kSmallest = 16 * 1024 + 1;
 constexpr std::size_t kBlock = 17 * 1024;
-// A block malloc'ed for kBlock bytes reports a little more usable space (glibc rounds the
-// chunk to 16 bytes); a freed block whose usable size lies in [kBlock, kBlock + kSlack) is
-// recycled, whoever asked for it, since it fits every request in the range.
+// Blocks start on a page, so that a free tells most other blocks apart by their address
+// alone (a heap chunk is page-aligned once in 256): asking malloc for the size of every
+// block OpenSSL frees cost 0.6% of a full handshake's instructions. A page-aligned block
+// whose usable size lies in [kBlock, kBlock + kSlack) is recycled, whoever asked for it,
+// since it fits every request in the range (glibc reports a little more than was asked).
+constexpr std::size_t kAlign = 4096;
 constexpr std::size_t kSlack = 64;
 
 // The calling thread's free blocks. Trivially destructible, so that a free during the
@@ -41,8 +45,14 @@ struct RecordBufferCacheCleaner {
 thread_local RecordBufferCacheCleaner tl_cleaner;
 
 bool recyclable(void* p) {
+  if ((reinterpret_cast<std::uintptr_t>(p) & (kAlign - 1)) != 0) return false;
   const std::size_t usable = malloc_usable_size(p);
   return usable >= kBlock && usable < kBlock + kSlack;
+}
+
+void* new_block() {
+  void* p = nullptr;
+  return posix_memalign(&p, kAlign, kBlock) == 0 ? p : nullptr;
 }
 
 void* hook_malloc(std::size_t n, const char* /*file*/, int /*line*/) { return openssl_memory_alloc(n); }
@@ -54,12 +64,12 @@ void* hook_realloc(void* p, std::size_t n, const char* /*file*/, int /*line*/) {
 
 void hook_free(void* p, const char* /*file*/, int /*line*/) { openssl_memory_free(p); }
 
-const bool kReclaimable = (exec::add_idle_reclaimer(&release_cached_record_buffers), true);
+const bool kRecordBuffersReclaimable = (exec::add_idle_reclaimer(&release_cached_record_buffers), true);
 
 }  // namespace
 
 bool install_openssl_memory_hooks() {
-  (void)kReclaimable;
+  (void)kRecordBuffersReclaimable;
   return CRYPTO_set_mem_functions(hook_malloc, hook_realloc, hook_free) == 1;
 }
 
@@ -67,13 +77,13 @@ void* openssl_memory_alloc(std::size_t n) {
   if (n < kSmallest || n > kBlock) return std::malloc(n);
   RecordBufferCache& c = tl_cache;
   if (c.n > 0) return c.free[--c.n];
-  return std::malloc(kBlock);
+  return new_block();
 }
 
 void openssl_memory_free(void* p) {
   if (p == nullptr) return;
   RecordBufferCache& c = tl_cache;
-  if (c.closed || c.n >= RecordBufferCache::kMax || !recyclable(p)) {
+  if (!recyclable(p) || c.closed || c.n >= RecordBufferCache::kMax) {
     std::free(p);
     return;
   }

@@ -8,6 +8,8 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -34,6 +36,7 @@ class RecordBuffers : public ::testing::Test {
 
 TEST_F(RecordBuffers, AFreedBufferServesTheNextRequestOfEitherSize) {
   void* read_buf = openssl_memory_alloc(kReadBuffer);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(read_buf) % 4096, 0u);  // how a free recognises it
   std::memset(read_buf, 1, kReadBuffer);
   openssl_memory_free(read_buf);
   EXPECT_EQ(cached_record_buffers(), kRecordBufferCacheSize > 0 ? 1u : 0u);
@@ -56,6 +59,9 @@ TEST_F(RecordBuffers, OtherSizesGoStraightToMalloc) {
     EXPECT_EQ(cached_record_buffers(), 0u) << n;
   }
   openssl_memory_free(nullptr);
+  void* aligned = nullptr;  // on a page, like a record buffer, but smaller
+  ASSERT_EQ(posix_memalign(&aligned, 4096, 8192), 0);
+  openssl_memory_free(aligned);
   EXPECT_EQ(cached_record_buffers(), 0u);
 }
 
