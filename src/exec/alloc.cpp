@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <new>
+#include <ranges>
 #include <vector>
 
 namespace sg::exec {
@@ -213,9 +214,7 @@ std::size_t trim_class(ThreadCache* tc, std::size_t c) {
     ++free_blocks[index_of.back()];
   }
   auto wholly_free = [&](std::size_t i) { return free_blocks[i] == slabs[i]->carved; };
-  bool any = false;
-  for (std::size_t i = 0; i < slabs.size() && !any; ++i) any = wholly_free(i);
-  if (!any) return 0;
+  if (std::ranges::none_of(std::views::iota(std::size_t{0}, slabs.size()), wholly_free)) return 0;
   // Unlink the blocks of wholly free slabs, keeping the others in their order.
   std::size_t i = 0;
   for (FreeBlock** link = &tc->local[c]; *link != nullptr; ++i) {
@@ -260,13 +259,16 @@ std::size_t task_cache_slab_bytes() noexcept {
   return total;
 }
 
+// Whether a block of `bytes` lives in a slab (or is malloc'ed): both ends decide alike.
+constexpr bool pooled(std::size_t bytes) { return kTaskAllocPooled && bytes <= kAllocMaxPooled; }
+
 void* task_alloc(std::size_t bytes) {
-  std::size_t c = class_of(bytes);
-  if (c >= kAllocClasses || !kTaskAllocPooled) {
+  if (!pooled(bytes)) {
     void* p = std::malloc(bytes == 0 ? 1 : bytes);  // (malloc(0) may return null)
     if (p == nullptr) throw std::bad_alloc();
     return p;
   }
+  const std::size_t c = class_of(bytes);
   ThreadCache* tc = my_cache();
   FreeBlock* b = tc->local[c];
   if (b == nullptr) {
@@ -285,7 +287,7 @@ void* task_alloc(std::size_t bytes) {
 // whose header names owner and class) from a malloc'ed one.
 void task_free(void* p, std::size_t bytes) noexcept {
   if (p == nullptr) return;
-  if (bytes > kAllocMaxPooled || !kTaskAllocPooled) {
+  if (!pooled(bytes)) {
     std::free(p);
     return;
   }
