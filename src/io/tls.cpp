@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "io/string_pool.h"
+
 namespace sg::io {
 
 namespace {
@@ -124,7 +126,9 @@ struct TransportBio {
   }
   static int write(BIO* b, const char* data, std::size_t len, std::size_t* done) {
     BIO_clear_retry_flags(b);
-    layer(b).cipher_out_.append(data, len);
+    std::string& out = layer(b).cipher_out_;
+    if (out.empty()) adopt_pooled_buffer(out);
+    out.append(data, len);
     *done = len;
     return 1;
   }
@@ -174,8 +178,8 @@ void TlsLayer::take_output_locked() {
 
 void TlsLayer::release_idle_buffers() {
   scratch_.reset();
-  std::string().swap(out_);
-  std::string().swap(stage_);
+  recycle_buffer(out_);
+  recycle_buffer(stage_);
   std::lock_guard g(mu_);
   shed_buffers_locked(0);
 }
@@ -188,10 +192,10 @@ std::size_t TlsLayer::idle_releasable_bytes() {
 
 void TlsLayer::shed_buffers_locked(std::size_t keep) {
   if (cipher_in_pos_ == cipher_in_.size() && cipher_in_.capacity() > keep) {
-    std::string().swap(cipher_in_);
+    recycle_buffer(cipher_in_);
     cipher_in_pos_ = 0;
   }
-  if (cipher_out_.empty() && cipher_out_.capacity() > keep) std::string().swap(cipher_out_);
+  if (cipher_out_.empty() && cipher_out_.capacity() > keep) recycle_buffer(cipher_out_);
 }
 
 void TlsLayer::feed(std::span<const char> bytes) {
@@ -199,6 +203,7 @@ void TlsLayer::feed(std::span<const char> bytes) {
   // What OpenSSL has read goes first (the unread rest is at most a partial record), so
   // that a long upload does not grow the buffer.
   cipher_in_.erase(0, std::exchange(cipher_in_pos_, 0));
+  if (cipher_in_.empty()) adopt_pooled_buffer(cipher_in_);
   cipher_in_.append(bytes.data(), bytes.size());
 }
 
@@ -336,6 +341,7 @@ exec::Task<std::error_code> TlsLayer::write_all(TcpStream& sock, std::span<const
       std::size_t n = 0;
       if (!p.empty() && SSL_write_ex(ssl_, p.data(), p.size(), &n) != 1) failed = true;
     };
+    adopt_pooled_buffer(stage_);  // (empty here: every write leaves it so)
     for (std::string_view b : bufs) {
       if (b.size() < kGatherBelow) {
         stage_.append(b);

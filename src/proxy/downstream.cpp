@@ -135,8 +135,8 @@ void Http1Response::start(const http::ResponseHead& resp, bool keep_alive) {
   // chunked for 1.1 clients and close-delimited for 1.0 ones.
   chunked_ = !bodiless && !http10_ && (chunked_up_ || until_close_);
   keep_ = keep_alive && !http10_;
-  head_.clear();
-  append_client_response_head(head_, resp, resp.reason.empty() ? http::reason_phrase(resp.status) : resp.reason,
+  head_.str().clear();
+  append_client_response_head(head_.str(), resp, resp.reason.empty() ? http::reason_phrase(resp.status) : resp.reason,
                               route_, chunked_, !keep_, /*upgrade=*/false);
 }
 
@@ -147,7 +147,7 @@ exec::Task<std::error_code> Http1Response::send_body(std::span<const std::string
   // The head leaves with whatever body arrived with it; a body still on its way never
   // holds the head back (streaming responses).
   if (head_sent_ && pieces.empty() && tail.empty()) co_return std::error_code{};
-  std::error_code ec = co_await write_body(client_, head_sent_ ? std::string_view{} : head_, pieces, chunked_, tail,
+  std::error_code ec = co_await write_body(client_, head_sent_ ? std::string_view{} : head_.str(), pieces, chunked_, tail,
                                            send_deadline());
   if (!ec) head_sent_ = true;
   co_return ec;
@@ -155,7 +155,7 @@ exec::Task<std::error_code> Http1Response::send_body(std::span<const std::string
 
 exec::Task<void> Http1Response::abandon() {
   keep_ = false;
-  if (!head_sent_ && !head_.empty()) (void)co_await client_.write_all(head_, send_deadline());
+  if (!head_sent_ && !head_.str().empty()) (void)co_await client_.write_all(head_.str(), send_deadline());
 }
 
 exec::Task<bool> Http1Response::send_local(const LocalReply& lr) {

@@ -16,6 +16,7 @@
 #include "http/message.h"
 #include "http/stream.h"
 #include "io/stream.h"
+#include "io/string_pool.h"
 #include "proxy/exchange.h"
 #include "proxy/local_reply.h"
 
@@ -79,7 +80,7 @@ class Http1Response final : public DownstreamResponse {
   const bool http10_;
   bool sent_continue_ = false;
   // The final response: its head (until sent), how it is framed for the client.
-  std::string head_;
+  io::PooledString head_;
   bool head_sent_ = false;
   bool chunked_ = false;     // re-framed as chunks for the client
   bool chunked_up_ = false;  // the upstream sent chunks (its trailers are forwarded)

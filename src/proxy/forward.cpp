@@ -18,6 +18,7 @@
 #include <optional>
 
 #include "common/log.h"
+#include "io/string_pool.h"
 #include "proxy/downstream.h"
 #include "proxy/exchange.h"
 #include "proxy/headers.h"
@@ -158,7 +159,7 @@ class Exchange {
   bool request_body_consumed_;  // the client's body was read to its end
   bool body_started_ = false;   // a body byte was streamed (the request cannot be replayed)
   std::string upgrade_;         // the Upgrade value forwarded ("" = none)
-  std::string head_bytes_;      // the upstream request head
+  io::PooledString head_bytes_;  // the upstream request head
   uint64_t hash_ = 0;           // ring_hash key
   // Body bytes that arrived with the head go upstream in the same write as the head (and,
   // when the whole body is here, with its last chunk). They stay valid views into the
@@ -202,7 +203,7 @@ Verdict Exchange::prepare() {
     local_authority = (local.address().is_v6() ? "[" + ip + "]" : ip) + ":" + std::to_string(local.port());
     info.default_authority = local_authority;
   }
-  append_upstream_request_head(head_bytes_, req_, rewritten_target(req_, rcfg_), &rcfg_, info);
+  append_upstream_request_head(head_bytes_.str(), req_, rewritten_target(req_, rcfg_), &rcfg_, info);
 
   const config::ClusterSection& ccfg = cluster_.config();
   if (ccfg.lb == config::LbPolicy::kRingHash) {
@@ -293,7 +294,7 @@ exec::Task<Verdict> Exchange::attempt() {
   }
   sent_at_ = exec::tick_now();
   head_time_recorded_ = false;
-  if (std::error_code ec = co_await write_body(up_, head_bytes_, early_body_.chunks, chunked_request_, early_tail_,
+  if (std::error_code ec = co_await write_body(up_, head_bytes_.str(), early_body_.chunks, chunked_request_, early_tail_,
                                                io::Deadline::after(rcfg_.timeout))) {
     co_return head_not_sent(ec);
   }
