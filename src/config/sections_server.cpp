@@ -77,7 +77,7 @@ const Table<RuntimeSection>& runtime_table() {
                    Duration{1}),
        F::duration("idle_memory_reclaim", &R::idle_memory_reclaim,
                    "a worker that has had no work for this long (health checks, the pool reaper and admin requests "
-                   "do not count) gives back the memory it keeps for the next requests (free task and coroutine-frame slabs, read buffers, parsers) and malloc returns its free "
+                   "do not count) gives back the memory it keeps for the next requests (free task and coroutine-frame slabs, read buffers, parsers, head and TLS record buffers) and malloc returns its free "
                    "pages to the system, so the resident size falls back after a spike of connections; `0` never. "
                    "Counted in `stealgate_executor_memory_reclaims_total{worker}` and "
                    "`stealgate_executor_memory_reclaimed_bytes_total{worker}`")}};

@@ -1,11 +1,11 @@
 // Memory an idle worker gives back.
 //
 // Why: the gateway's hot paths keep what they free for the next request (the task
-// allocator's slabs, read buffers, parsers), which is what makes them cheap. After a
-// spike, that memory would otherwise stay resident for the life of the process: 10,000
-// connections held and closed left 11.6 MB more than before them, for good. A worker that
-// has had nothing to do for RuntimeConfig::idle_memory_reclaim gives it back instead, in
-// two steps:
+// allocator's slabs, read buffers, parsers, head and TLS record buffers), which is what
+// makes them cheap. After a spike, that memory would otherwise stay resident for the life
+// of the process: 10,000 connections held and closed left 11.6 MB more than before them,
+// for good. A worker that has had nothing to do for RuntimeConfig::idle_memory_reclaim
+// gives it back instead, in two steps:
 //   1. on its own thread (the caches are per thread): the registered reclaimers empty
 //      their caches and the wholly free slabs of the task allocator are unmapped (a
 //      munmap each: about 1 ms for the 10k connections' slabs, alloc.cpp).
