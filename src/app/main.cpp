@@ -308,7 +308,9 @@ int run(const app::Options& opts, const std::vector<std::string>& argv, bool ope
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
   log::setup(log_options(loaded.config->logging));
-  if (!openssl_hooks) SG_LOG_WARN("OpenSSL allocated before its memory hooks were installed: TLS record buffers are not recycled");
+  if (!openssl_hooks) {
+    SG_LOG_WARN("OpenSSL allocated before its memory hooks were installed: TLS record buffers are not recycled");
+  }
   int rc = 0;
   {
     Daemon d(opts, argv, loaded.config, set);

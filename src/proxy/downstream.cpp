@@ -147,8 +147,8 @@ exec::Task<std::error_code> Http1Response::send_body(std::span<const std::string
   // The head leaves with whatever body arrived with it; a body still on its way never
   // holds the head back (streaming responses).
   if (head_sent_ && pieces.empty() && tail.empty()) co_return std::error_code{};
-  std::error_code ec = co_await write_body(client_, head_sent_ ? std::string_view{} : head_.str(), pieces, chunked_, tail,
-                                           send_deadline());
+  const std::string_view head = head_sent_ ? std::string_view{} : head_.str();
+  std::error_code ec = co_await write_body(client_, head, pieces, chunked_, tail, send_deadline());
   if (!ec) head_sent_ = true;
   co_return ec;
 }

@@ -4,9 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <openssl/bio.h>
-#include <openssl/evp.h>
 #include <openssl/ssl.h>
-#include <openssl/x509.h>
 
 #include <cstdint>
 #include <cstdlib>
@@ -14,6 +12,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "../../support/tls_peer.h"
 
 namespace {
 
@@ -86,21 +86,6 @@ TEST_F(RecordBuffers, ABufferFreedOnAnotherThreadJoinsThatThreadsCache) {
   EXPECT_EQ(cached_record_buffers(), 0u);
 }
 
-// A self-signed P-256 certificate for `key`.
-X509* self_signed(EVP_PKEY* key) {
-  X509* x = X509_new();
-  X509_set_version(x, 2);
-  ASN1_INTEGER_set(X509_get_serialNumber(x), 1);
-  X509_gmtime_adj(X509_getm_notBefore(x), 0);
-  X509_gmtime_adj(X509_getm_notAfter(x), 3600);
-  X509_set_pubkey(x, key);
-  X509_NAME* name = X509_get_subject_name(x);
-  X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, reinterpret_cast<const unsigned char*>("test"), -1, -1, 0);
-  X509_set_issuer_name(x, name);
-  X509_sign(x, key, EVP_sha256());
-  return x;
-}
-
 // Runs both ends' handshakes over a BIO pair until both are done.
 bool handshake(SSL* client, SSL* server) {
   for (int i = 0; i < 20; ++i) {
@@ -114,16 +99,10 @@ bool handshake(SSL* client, SSL* server) {
 TEST(OpenSslMemoryHooks, RecordBuffersOfARealSessionAreRecycled) {
   ASSERT_TRUE(g_hooks_installed) << "OpenSSL allocated before main installed the hooks";
   release_cached_record_buffers();
-  EVP_PKEY* key = EVP_EC_gen("P-256");
-  ASSERT_NE(key, nullptr);
-  X509* cert = self_signed(key);
-  SSL_CTX* sctx = SSL_CTX_new(TLS_server_method());
-  SSL_CTX* cctx = SSL_CTX_new(TLS_client_method());
-  ASSERT_EQ(SSL_CTX_use_certificate(sctx, cert), 1);
-  ASSERT_EQ(SSL_CTX_use_PrivateKey(sctx, key), 1);
-  SSL_CTX_set_mode(sctx, SSL_MODE_RELEASE_BUFFERS);  // as the gateway's contexts
-  SSL* server = SSL_new(sctx);
-  SSL* client = SSL_new(cctx);
+  sg::testing::TestTls tls;
+  SSL_CTX_set_mode(tls.server(), SSL_MODE_RELEASE_BUFFERS);  // as the gateway's contexts
+  SSL* server = SSL_new(tls.server());
+  SSL* client = SSL_new(tls.client());
   BIO* to_server = nullptr;
   BIO* to_client = nullptr;
   ASSERT_EQ(BIO_new_bio_pair(&to_server, 0, &to_client, 0), 1);
@@ -154,10 +133,6 @@ TEST(OpenSslMemoryHooks, RecordBuffersOfARealSessionAreRecycled) {
 
   SSL_free(client);
   SSL_free(server);
-  SSL_CTX_free(cctx);
-  SSL_CTX_free(sctx);
-  X509_free(cert);
-  EVP_PKEY_free(key);
 }
 
 }  // namespace
