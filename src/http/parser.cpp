@@ -6,6 +6,8 @@
 #include <emmintrin.h>
 #endif
 
+#include "common/thread_cache.h"
+
 namespace sg::http {
 
 namespace {
@@ -86,55 +88,28 @@ bool Parser::oversized() const {
 
 namespace {
 
-// Parsers given back on this thread, for reuse (ParserRecycler). A parser released on
-// another thread than the one that took it simply joins that thread's cache. Trivially
-// destructible, so that a parser released during the thread's exit, after the cleaner
-// below has run, still finds it (closed) instead of a destroyed object.
-struct ParserCache {
-  static constexpr std::size_t kMax = 64;
-  Parser* free[kMax];
-  std::size_t n = 0;
-  bool closed = false;
-};
-thread_local ParserCache tl_parsers;
-
-// Frees the cached parsers when the thread exits.
-struct ParserCacheCleaner {
-  bool armed = false;
-  ~ParserCacheCleaner() {
-    release_cached_parsers();
-    tl_parsers.closed = true;
-  }
-};
-thread_local ParserCacheCleaner tl_parser_cleaner;
+// Parsers given back on this thread, for reuse (ParserRecycler; common/thread_cache.h).
+void delete_parser(void* p) noexcept { delete static_cast<Parser*>(p); }
+using Parsers = PerThreadCache<struct ParsersTag, 64, delete_parser>;
 
 }  // namespace
 
-std::size_t release_cached_parsers() noexcept {
-  ParserCache& c = tl_parsers;
-  std::size_t freed = c.n * sizeof(Parser);
-  for (std::size_t i = 0; i < c.n; ++i) delete c.free[i];
-  c.n = 0;
-  return freed;
-}
+std::size_t release_cached_parsers() noexcept { return Parsers::clear() * sizeof(Parser); }
 
 ParserPtr acquire_parser(Parser::Mode mode, const ParserLimits& limits) {
-  ParserCache& c = tl_parsers;
-  if (c.n == 0) return ParserPtr(new Parser(mode, limits));
-  Parser* p = c.free[--c.n];
+  auto* p = static_cast<Parser*>(Parsers::take());
+  if (p == nullptr) return ParserPtr(new Parser(mode, limits));
   p->renew(mode, limits);
   return ParserPtr(p);
 }
 
 void ParserRecycler::operator()(Parser* p) const noexcept {
-  ParserCache& c = tl_parsers;
-  if (c.closed || c.n == ParserCache::kMax || p->oversized()) {
+  if (p->oversized()) {
     delete p;
     return;
   }
-  if (c.n == 0) tl_parser_cleaner.armed = true;  // registers the cleaner for this thread
   std::string().swap(p->copy_);  // a copied body: not worth keeping
-  c.free[c.n++] = p;
+  if (!Parsers::keep(p)) delete p;
 }
 
 int Parser::fail(int status, std::string detail) {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "exec/reclaim.h"
+#include "common/thread_cache.h"
 
 namespace sg::http {
 
@@ -18,68 +19,33 @@ constexpr std::size_t kInitialBuffer = 4 * 1024;  // a typical message head
 constexpr std::size_t kBodyBuffer = 64 * 1024;
 constexpr std::size_t kMinCap = kBodyBuffer;
 
-// Read buffers of the two common sizes are recycled per thread: a keep-alive connection
-// gives its buffer back at every idle wait, and without a cache each request would
-// malloc and free 4-64 KiB (glibc serves those from its locked bins, not tcache). A
-// buffer freed on another thread than the one that allocated it simply joins that
-// thread's cache, up to a number per size (Pool::keep).
-class BufferCache {
- public:
-  char* get(std::size_t n) {
-    Pool* pool = pool_for(n);
-    if (pool != nullptr && !pool->free.empty()) {
-      char* p = pool->free.back();
-      pool->free.pop_back();
-      return p;
-    }
-    return new char[n];  // uninitialised: only what was read into it is ever looked at
-  }
-  void put(char* p, std::size_t n) {
-    Pool* pool = pool_for(n);
-    if (pool != nullptr && pool->free.size() < pool->keep) {
-      pool->free.push_back(p);
-      return;
-    }
-    delete[] p;
-  }
-  // Frees every cached buffer (an idle worker's reclaim); returns their bytes.
-  std::size_t clear() noexcept {
-    return small_.clear(kInitialBuffer) + body_.clear(kBodyBuffer);
-  }
-
- private:
-  struct Pool {
-    explicit Pool(std::size_t k) : keep(k) {}
-    Pool(const Pool&) = delete;
-    Pool& operator=(const Pool&) = delete;
-    ~Pool() { clear(0); }
-    std::size_t clear(std::size_t bytes) noexcept {
-      for (char* p : free) delete[] p;
-      std::size_t freed = free.size() * bytes;
-      free.clear();
-      return freed;
-    }
-    std::size_t keep;  // at most this many kept
-    std::vector<char*> free;
-  };
-  Pool* pool_for(std::size_t n) {
-    if (n == kInitialBuffer) return &small_;
-    if (n == kBodyBuffer) return &body_;
-    return nullptr;
-  }
+// Read buffers of the two common sizes are recycled per thread (common/thread_cache.h): a
+// keep-alive connection gives its buffer back at every idle wait, and without a cache each
+// request would malloc and free 4-64 KiB (glibc serves those from its locked bins, not
+// tcache). None are kept under ASan, so that a use after free stays detectable.
+void delete_buffer(void* p) noexcept { delete[] static_cast<char*>(p); }
 #if defined(__SANITIZE_ADDRESS__)
-  // Every buffer freed: use-after-free stays detectable.
-  Pool small_{0};
-  Pool body_{0};
+constexpr std::size_t kKeepSmall = 0, kKeepBody = 0;
 #else
-  Pool small_{64};
-  Pool body_{16};  // 1 MiB
+constexpr std::size_t kKeepSmall = 64, kKeepBody = 16;  // 256 KiB and 1 MiB
 #endif
-};
+using SmallBuffers = PerThreadCache<struct SmallBuffersTag, kKeepSmall, delete_buffer>;
+using BodyBuffers = PerThreadCache<struct BodyBuffersTag, kKeepBody, delete_buffer>;
 
-thread_local BufferCache tl_buffers;
+char* get_buffer(std::size_t n) {
+  void* kept = n == kInitialBuffer ? SmallBuffers::take() : n == kBodyBuffer ? BodyBuffers::take() : nullptr;
+  return kept != nullptr ? static_cast<char*>(kept) : new char[n];  // uninitialised: only what was read is looked at
+}
+
+void put_buffer(char* p, std::size_t n) {
+  const bool kept = n == kInitialBuffer ? SmallBuffers::keep(p) : n == kBodyBuffer && BodyBuffers::keep(p);
+  if (!kept) delete[] p;
+}
+
 // An idle worker frees this thread's cached read buffers and parsers (exec/reclaim.h).
-std::size_t reclaim_readers() noexcept { return tl_buffers.clear() + release_cached_parsers(); }
+std::size_t reclaim_readers() noexcept {
+  return SmallBuffers::clear() * kInitialBuffer + BodyBuffers::clear() * kBodyBuffer + release_cached_parsers();
+}
 const bool kReadersReclaimable = (exec::add_idle_reclaimer(&reclaim_readers), true);
 }  // namespace
 
@@ -109,9 +75,9 @@ bool MessageReader::make_room() {
 
 void MessageReader::move_to_buffer(std::size_t n) {
   const std::size_t have = end_ - begin_;
-  char* bigger = tl_buffers.get(n);
+  char* bigger = get_buffer(n);
   std::memcpy(bigger, buf_ + begin_, have);
-  tl_buffers.put(buf_, size_);
+  put_buffer(buf_, size_);
   buf_ = bigger;
   size_ = n;
   begin_ = 0;
@@ -121,13 +87,13 @@ void MessageReader::move_to_buffer(std::size_t n) {
 void MessageReader::reserve_empty(std::size_t n) {
   begin_ = end_ = 0;
   if (size_ >= n) return;
-  if (buf_ != nullptr) tl_buffers.put(buf_, size_);
-  buf_ = tl_buffers.get(n);
+  if (buf_ != nullptr) put_buffer(buf_, size_);
+  buf_ = get_buffer(n);
   size_ = n;
 }
 
 void MessageReader::release_buffer() {
-  if (buf_ != nullptr) tl_buffers.put(buf_, size_);
+  if (buf_ != nullptr) put_buffer(buf_, size_);
   buf_ = nullptr;
   size_ = 0;
   begin_ = end_ = 0;

@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "exec/reclaim.h"
+#include "common/thread_cache.h"
 
 namespace sg::io {
 
@@ -25,24 +26,8 @@ constexpr std::size_t kBlock = 17 * 1024;
 constexpr std::size_t kAlign = 4096;
 constexpr std::size_t kSlack = 64;
 
-// The calling thread's free blocks. Trivially destructible, so that a free during the
-// thread's exit, after the cleaner below has run, still finds it (closed) and frees.
-struct RecordBufferCache {
-  static constexpr std::size_t kMax = kRecordBufferCacheSize;
-  void* free[kMax > 0 ? kMax : 1];
-  std::size_t n = 0;
-  bool closed = false;
-};
-thread_local RecordBufferCache tl_cache;
-
-struct RecordBufferCacheCleaner {
-  bool armed = false;
-  ~RecordBufferCacheCleaner() {
-    release_cached_record_buffers();
-    tl_cache.closed = true;
-  }
-};
-thread_local RecordBufferCacheCleaner tl_cleaner;
+void release_block(void* p) noexcept { std::free(p); }
+using RecordBuffers = PerThreadCache<struct RecordBuffersTag, kRecordBufferCacheSize, release_block>;
 
 bool recyclable(void* p) {
   if ((reinterpret_cast<std::uintptr_t>(p) & (kAlign - 1)) != 0) return false;
@@ -75,30 +60,17 @@ bool install_openssl_memory_hooks() {
 
 void* openssl_memory_alloc(std::size_t n) {
   if (n < kSmallest || n > kBlock) return std::malloc(n);
-  RecordBufferCache& c = tl_cache;
-  if (c.n > 0) return c.free[--c.n];
+  if (void* p = RecordBuffers::take()) return p;
   return new_block();
 }
 
 void openssl_memory_free(void* p) {
   if (p == nullptr) return;
-  RecordBufferCache& c = tl_cache;
-  if (!recyclable(p) || c.closed || c.n >= RecordBufferCache::kMax) {
-    std::free(p);
-    return;
-  }
-  if (c.n == 0) tl_cleaner.armed = true;  // registers the cleaner for this thread
-  c.free[c.n++] = p;
+  if (!recyclable(p) || !RecordBuffers::keep(p)) std::free(p);
 }
 
-std::size_t cached_record_buffers() { return tl_cache.n; }
+std::size_t cached_record_buffers() { return RecordBuffers::size(); }
 
-std::size_t release_cached_record_buffers() noexcept {
-  RecordBufferCache& c = tl_cache;
-  const std::size_t freed = c.n * kBlock;
-  for (std::size_t i = 0; i < c.n; ++i) std::free(c.free[i]);
-  c.n = 0;
-  return freed;
-}
+std::size_t release_cached_record_buffers() noexcept { return RecordBuffers::clear() * kBlock; }
 
 }  // namespace sg::io
