@@ -474,8 +474,8 @@ void Worker::park() {
     quiet_since_ns_ = 0;
   }
   while (!is_shutdown_) {
-    park_blocking();
-    maintenance();
+    park_blocking();  // publishes the counters before it sleeps; the next park or tick, after
+    is_shutdown_ = scheduler_->inject().is_closed();
     if (transition_from_parked()) break;
     reclaim_if_idle();
   }

@@ -11,12 +11,6 @@ namespace sg::io {
 
 namespace {
 
-std::string endpoint_text(const tcp::endpoint& ep) {
-  std::string addr = ep.address().to_string();
-  if (ep.address().is_v6()) addr = "[" + addr + "]";
-  return addr + ":" + std::to_string(ep.port());
-}
-
 // What is wrong with `fd` as a listening TCP socket ("" when nothing), and its address.
 std::string inspect(int fd, tcp::endpoint& local) {
   int type = 0, listening = 0, protocol = 0;

@@ -9,6 +9,36 @@
 
 namespace sg::io {
 
+namespace {
+
+char* put_decimal(char* p, unsigned v) {
+  char digits[5];
+  int n = 0;
+  do {
+    digits[n++] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v != 0);
+  while (n > 0) *p++ = digits[--n];
+  return p;
+}
+
+}  // namespace
+
+std::string endpoint_text(const tcp::endpoint& ep) {
+  const asio::ip::address addr = ep.address();
+  if (!addr.is_v4()) return "[" + addr.to_string() + "]:" + std::to_string(ep.port());
+  char text[24];  // 255.255.255.255:65535
+  char* p = text;
+  const asio::ip::address_v4::bytes_type b = addr.to_v4().to_bytes();
+  for (std::size_t i = 0; i < b.size(); ++i) {
+    if (i != 0) *p++ = '.';
+    p = put_decimal(p, b[i]);
+  }
+  *p++ = ':';
+  p = put_decimal(p, ep.port());
+  return std::string(text, p);
+}
+
 Result<Socket> Socket::adopt(IoContext io, int fd) {
   Socket s;
   if (io.reactor != nullptr) {

@@ -198,9 +198,7 @@ Verdict Exchange::prepare() {
   ForwardInfo info{ctx_.client_ip, ctx_.request_id, ctx_.tls != nullptr ? "https" : "http", upgrade_, {}};
   std::string local_authority;
   if (req_.authority.empty() && req_.headers.get("Host") == nullptr) {
-    const io::tcp::endpoint local = down_.client.local_endpoint();  // a syscall: only for such requests
-    const std::string ip = local.address().to_string();
-    local_authority = (local.address().is_v6() ? "[" + ip + "]" : ip) + ":" + std::to_string(local.port());
+    local_authority = io::endpoint_text(down_.client.local_endpoint());  // a syscall: only for such requests
     info.default_authority = local_authority;
   }
   append_upstream_request_head(head_bytes_.str(), req_, rewritten_target(req_, rcfg_), &rcfg_, info);

@@ -32,18 +32,13 @@ http::ParserLimits parser_limits(const config::ListenerSection& l) {
   return p;
 }
 
-std::string endpoint_text(const io::tcp::endpoint& ep) {
-  std::string ip = ep.address().to_string();
-  return ep.address().is_v6() ? "[" + ip + "]:" + std::to_string(ep.port()) : ip + ":" + std::to_string(ep.port());
-}
-
 // Who is on the other end of a downstream connection. Kept for the connection's life,
 // idle time included, so it is kept small.
 struct Peer {
   std::string address;                  // ip:port
   std::unique_ptr<io::TlsSummary> tls;  // on TLS listeners, what the handshake agreed on
 
-  explicit Peer(const io::tcp::endpoint& ep) : address(endpoint_text(ep)) {}
+  explicit Peer(const io::tcp::endpoint& ep) : address(io::endpoint_text(ep)) {}
   // The address without its port (and an IPv6 address without its brackets).
   std::string_view ip() const {
     std::string_view ip = std::string_view(address).substr(0, address.rfind(':'));
