@@ -37,9 +37,39 @@ bool list_has_token(std::string_view list, std::string_view token) noexcept {
   return found;
 }
 
+HeaderMap& HeaderMap::operator=(const HeaderMap& o) {
+  if (this != &o) {
+    fields_.assign(o.begin(), o.end());
+    size_ = o.size_;
+  }
+  return *this;
+}
+
+HeaderMap& HeaderMap::operator=(HeaderMap&& o) noexcept {
+  if (this != &o) {
+    fields_ = std::move(o.fields_);
+    size_ = std::exchange(o.size_, 0);
+    o.fields_.clear();
+  }
+  return *this;
+}
+
+void HeaderMap::drop_long_strings(std::size_t from, std::size_t to) noexcept {
+  for (std::size_t i = from; i < to; ++i) {
+    Header& h = fields_[i];
+    if (h.name.capacity() > kSpareBytes) std::string().swap(h.name);
+    if (h.value.capacity() > kSpareBytes) std::string().swap(h.value);
+  }
+}
+
+void HeaderMap::clear() noexcept {
+  drop_long_strings(0, size_);  // (remove_if checked the spares it made)
+  size_ = 0;
+}
+
 void HeaderMap::set(std::string_view name, std::string value) {
   remove(name);
-  fields_.push_back({std::string(name), std::move(value)});
+  add(std::string(name), std::move(value));
 }
 
 std::size_t HeaderMap::remove(std::string_view name) {
@@ -47,7 +77,7 @@ std::size_t HeaderMap::remove(std::string_view name) {
 }
 
 const std::string* HeaderMap::get(std::string_view name) const {
-  for (const auto& h : fields_) {
+  for (const auto& h : *this) {
     if (iequals(h.name, name)) return &h.value;
   }
   return nullptr;
@@ -55,12 +85,12 @@ const std::string* HeaderMap::get(std::string_view name) const {
 
 std::size_t HeaderMap::count(std::string_view name) const {
   return static_cast<std::size_t>(
-      std::count_if(fields_.begin(), fields_.end(), [&](const Header& h) { return iequals(h.name, name); }));
+      std::count_if(begin(), end(), [&](const Header& h) { return iequals(h.name, name); }));
 }
 
 std::string HeaderMap::joined(std::string_view name) const {
   std::string out;
-  for (const auto& h : fields_) {
+  for (const auto& h : *this) {
     if (!iequals(h.name, name)) continue;
     if (!out.empty()) out += ", ";
     out += h.value;
@@ -69,7 +99,7 @@ std::string HeaderMap::joined(std::string_view name) const {
 }
 
 bool HeaderMap::has_token(std::string_view name, std::string_view token) const {
-  for (const auto& h : fields_) {
+  for (const auto& h : *this) {
     if (iequals(h.name, name) && list_has_token(h.value, token)) return true;
   }
   return false;

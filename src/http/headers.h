@@ -3,6 +3,7 @@
 // list values.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <string>
 #include <string_view>
@@ -40,9 +41,25 @@ class HeaderMap {
  public:
   using const_iterator = std::vector<Header>::const_iterator;
 
-  void add(std::string name, std::string value) { fields_.push_back({std::move(name), std::move(value)}); }
-  // Copies: the parser keeps its scratch strings (and their capacity) for the next field.
-  void add_copy(std::string_view name, std::string_view value) { fields_.emplace_back(Header{std::string(name), std::string(value)}); }
+  HeaderMap() = default;
+  HeaderMap(const HeaderMap& o) : fields_(o.begin(), o.end()), size_(o.size_) {}
+  HeaderMap(HeaderMap&& o) noexcept : fields_(std::move(o.fields_)), size_(std::exchange(o.size_, 0)) {}
+  HeaderMap& operator=(const HeaderMap& o);
+  HeaderMap& operator=(HeaderMap&& o) noexcept;
+
+  void add(std::string name, std::string value) {
+    Header& h = next_slot();
+    h.name = std::move(name);
+    h.value = std::move(value);
+  }
+  // Copies into a field line that clear() kept, reusing its strings' capacity: a parser's
+  // maps live as long as the parser (which is recycled), so a request's fields cost no
+  // allocation once an earlier message had as many fields as long.
+  void add_copy(std::string_view name, std::string_view value) {
+    Header& h = next_slot();
+    h.name.assign(name);
+    h.value.assign(value);
+  }
   // Replaces every line named `name` with one line.
   void set(std::string_view name, std::string value);
   // Removes every line named `name`; returns how many.
@@ -56,24 +73,42 @@ class HeaderMap {
   // True if any line of `name` lists `token`.
   bool has_token(std::string_view name, std::string_view token) const;
 
-  std::size_t size() const { return fields_.size(); }
+  std::size_t size() const { return size_; }
+  // Field lines held, spare ones included (what the map costs while it waits).
   std::size_t capacity() const { return fields_.capacity(); }
-  bool empty() const { return fields_.empty(); }
-  void clear() { fields_.clear(); }
+  bool empty() const { return size_ == 0; }
+  // Empties the map; the field lines stay as spares unless a string grew past
+  // kSpareBytes (a long cookie is not kept for every later message).
+  void clear() noexcept;
   const_iterator begin() const { return fields_.begin(); }
-  const_iterator end() const { return fields_.end(); }
+  const_iterator end() const { return fields_.begin() + static_cast<std::ptrdiff_t>(size_); }
   template <class Pred>
   std::size_t remove_if(Pred&& p);
 
+  static constexpr std::size_t kSpareBytes = 256;
+
  private:
+  void drop_long_strings(std::size_t from, std::size_t to) noexcept;
+  Header& next_slot() {
+    if (size_ == fields_.size()) fields_.emplace_back();
+    return fields_[size_++];
+  }
+
+  // [0, size_) are the map's lines; the rest are spares whose strings keep their capacity
+  // (at most kSpareBytes each).
   std::vector<Header> fields_;
+  std::size_t size_ = 0;
 };
 
 template <class Pred>
 std::size_t HeaderMap::remove_if(Pred&& p) {
-  std::size_t before = fields_.size();
-  std::erase_if(fields_, [&](const Header& h) { return p(h); });
-  return before - fields_.size();
+  const auto live_end = fields_.begin() + static_cast<std::ptrdiff_t>(size_);
+  // The removed lines end up after the kept ones, moved from: spares.
+  const auto kept_end = std::remove_if(fields_.begin(), live_end, [&](const Header& h) { return p(h); });
+  const auto removed = static_cast<std::size_t>(live_end - kept_end);
+  drop_long_strings(size_ - removed, size_);  // a moved-from string may hold a kept one's buffer
+  size_ -= removed;
+  return removed;
 }
 
 }  // namespace sg::http

@@ -187,11 +187,11 @@ int Parser::on_header_value_complete(llhttp_t* p) {
   if (!s->count_header_bytes(4)) {
     return s->fail(s->mode_ == Mode::kRequest ? 431 : 502, "header section too large");
   }
-  for (char c : s->value_) {
-    // Strict mode already rejects CR/LF/NUL and other controls; keep the guarantee here.
-    if (c == '\0' || c == '\r' || c == '\n') {
-      return s->fail(s->mode_ == Mode::kRequest ? 400 : 502, "control character in header value");
-    }
+  // Strict mode already rejects CR/LF/NUL and other controls; keep the guarantee here.
+  const std::string& v = s->value_;
+  if (std::memchr(v.data(), '\r', v.size()) != nullptr || std::memchr(v.data(), '\n', v.size()) != nullptr ||
+      std::memchr(v.data(), '\0', v.size()) != nullptr) {
+    return s->fail(s->mode_ == Mode::kRequest ? 400 : 502, "control character in header value");
   }
   target.add_copy(s->field_, trim_ows(s->value_));
   s->field_.clear();
