@@ -30,8 +30,9 @@ bool install_openssl_memory_hooks();
 void* openssl_memory_alloc(std::size_t n);
 void openssl_memory_free(void* p);
 
-// How many free buffers a thread keeps (544 KiB); none under ASan, so that a use after
-// free stays detectable.
+// How many free buffers a thread keeps (544 KiB), and the depot that threads share
+// (common/thread_cache.h) as many again; none under ASan, so that a use after free stays
+// detectable.
 #if defined(__SANITIZE_ADDRESS__)
 inline constexpr std::size_t kRecordBufferCacheSize = 0;
 #else
@@ -41,7 +42,8 @@ inline constexpr std::size_t kRecordBufferCacheSize = 32;
 // Buffers in the calling thread's cache now.
 std::size_t cached_record_buffers();
 
-// Frees the calling thread's cached buffers; returns their bytes (an idle reclaimer).
+// Frees the calling thread's cached buffers and the depot's; returns their bytes (an idle
+// reclaimer).
 std::size_t release_cached_record_buffers() noexcept;
 
 }  // namespace sg::io

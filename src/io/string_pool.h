@@ -8,8 +8,10 @@
 // (wrk -c64) those frees made most of the gateway's remaining futex calls: 59-68 per
 // 1,000 requests after io/openssl_memory.h, 22-26 with this pool. A buffer given back here is
 // kept by the thread that gives it back, and taken by the next request there, without
-// malloc or free; a buffer over kPooledStringMaxCapacity, or one the pool has no room
-// for, is freed. An idle worker's reclaim empties its pool.
+// malloc or free; a full pool passes half of itself to a depot shared by the threads,
+// where an empty pool finds it (string_pool.cpp). A buffer over kPooledStringMaxCapacity,
+// or one neither the pool nor the depot has room for, is freed. An idle worker's reclaim
+// empties its pool and the depot.
 #pragma once
 
 #include <cstddef>
@@ -37,7 +39,8 @@ void recycle_buffer(std::string& s) noexcept;
 
 // Buffers in the calling thread's pool now.
 std::size_t pooled_buffers();
-// Frees the calling thread's pooled buffers; returns their bytes (an idle reclaimer).
+// Frees the calling thread's pooled buffers and the depot's; returns their bytes (an
+// idle reclaimer).
 std::size_t release_pooled_buffers() noexcept;
 
 // A string whose buffer comes from the pool and goes back to it at destruction.

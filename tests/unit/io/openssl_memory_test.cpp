@@ -6,6 +6,7 @@
 #include <openssl/bio.h>
 #include <openssl/ssl.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -66,12 +67,33 @@ TEST_F(RecordBuffers, OtherSizesGoStraightToMalloc) {
 }
 
 TEST_F(RecordBuffers, TheCacheIsBoundedAndReleaseEmptiesIt) {
+  // A thread keeps at most kRecordBufferCacheSize, the shared depot as many again; the
+  // rest are freed.
   std::vector<void*> blocks;
-  for (std::size_t i = 0; i < kRecordBufferCacheSize + 5; ++i) blocks.push_back(openssl_memory_alloc(kReadBuffer));
+  for (std::size_t i = 0; i < 3 * kRecordBufferCacheSize + 5; ++i) blocks.push_back(openssl_memory_alloc(kReadBuffer));
   for (void* p : blocks) openssl_memory_free(p);
   EXPECT_EQ(cached_record_buffers(), kRecordBufferCacheSize);
-  EXPECT_EQ(release_cached_record_buffers(), kRecordBufferCacheSize * 17 * 1024);
+  EXPECT_EQ(release_cached_record_buffers(), 2 * kRecordBufferCacheSize * 17 * 1024);
   EXPECT_EQ(cached_record_buffers(), 0u);
+  EXPECT_EQ(release_cached_record_buffers(), 0u);  // the depot was emptied too
+}
+
+TEST_F(RecordBuffers, BuffersAThreadHasTooManyOfServeAnotherThread) {
+  // Work stealing frees a connection's buffers on the worker that did not allocate them:
+  // the freeing thread's overflow goes to the depot, where the other thread finds it.
+  std::vector<void*> blocks;
+  for (std::size_t i = 0; i < kRecordBufferCacheSize + 1; ++i) blocks.push_back(openssl_memory_alloc(kReadBuffer));
+  std::thread other([&] {
+    for (void* p : blocks) openssl_memory_free(p);
+  });  // its exit frees what it kept itself, not the depot
+  other.join();
+  EXPECT_EQ(cached_record_buffers(), 0u);
+  void* again = openssl_memory_alloc(kWriteBuffer);
+  if (kRecordBufferCacheSize > 0) {
+    EXPECT_NE(std::find(blocks.begin(), blocks.end(), again), blocks.end());
+    EXPECT_EQ(cached_record_buffers(), kRecordBufferCacheSize / 2 - 1);  // half a stack came over
+  }
+  openssl_memory_free(again);
 }
 
 TEST_F(RecordBuffers, ABufferFreedOnAnotherThreadJoinsThatThreadsCache) {

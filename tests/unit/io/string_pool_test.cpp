@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <thread>
 #include <vector>
 
@@ -66,12 +67,34 @@ TEST_F(StringPool, InlineAndOversizedStringsAreNotKept) {
 }
 
 TEST_F(StringPool, ThePoolIsBoundedAndReleaseEmptiesIt) {
-  std::vector<std::string> strings(kPooledStringsPerThread + 3);
+  // A thread keeps at most kPooledStringsPerThread, the shared depot as many again.
+  std::vector<std::string> strings(3 * kPooledStringsPerThread + 3);
   for (std::string& s : strings) adopt_pooled_buffer(s);
   for (std::string& s : strings) recycle_buffer(s);
   EXPECT_EQ(pooled_buffers(), kPooledStringsPerThread);
-  EXPECT_GE(release_pooled_buffers(), kPooledStringsPerThread * kPooledStringCapacity);
+  EXPECT_GE(release_pooled_buffers(), 2 * kPooledStringsPerThread * kPooledStringCapacity);
+  EXPECT_LT(release_pooled_buffers(), kPooledStringCapacity);  // nothing left, depot included
   EXPECT_EQ(pooled_buffers(), 0u);
+}
+
+TEST_F(StringPool, BuffersAThreadHasTooManyOfServeAnotherThread) {
+  // The other worker's overflow (work stealing frees buffers where they were not made)
+  // reaches this thread through the depot.
+  std::vector<std::string> strings(kPooledStringsPerThread + 1);
+  for (std::string& s : strings) adopt_pooled_buffer(s);
+  std::vector<const char*> buffers;
+  for (const std::string& s : strings) buffers.push_back(s.data());
+  std::thread other([&] {
+    for (std::string& s : strings) recycle_buffer(s);
+  });  // its exit frees its own pool, not the depot
+  other.join();
+  EXPECT_EQ(pooled_buffers(), 0u);
+  std::string again;
+  adopt_pooled_buffer(again);
+  if (kPooling) {
+    EXPECT_NE(std::find(buffers.begin(), buffers.end(), again.data()), buffers.end());
+    EXPECT_EQ(pooled_buffers(), kPooledStringsPerThread / 2 - 1);
+  }
 }
 
 TEST_F(StringPool, ABufferRecycledOnAnotherThreadJoinsThatThreadsPool) {
