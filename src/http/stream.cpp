@@ -186,8 +186,7 @@ BodyRead MessageReader::buffered_body() {
   ParseResult r = parser_->feed(buf_ ? buf_ + begin_ : nothing, end_ - begin_);
   begin_ += r.consumed;
   if (r.event == ParseEvent::kError) return BodyRead{ReadStatus::kParseError, {}, {}, false};
-  chunks_.assign(parser_->body().begin(), parser_->body().end());
-  return BodyRead{ReadStatus::kOk, {}, chunks_, r.event == ParseEvent::kMessageDone};
+  return BodyRead{ReadStatus::kOk, {}, parser_->body(), r.event == ParseEvent::kMessageDone};
 }
 
 exec::Task<BodyRead> MessageReader::read_body(io::Deadline dl) {

@@ -15,7 +15,6 @@
 #include <span>
 #include <string_view>
 #include <system_error>
-#include <vector>
 
 #include "exec/coro.h"
 #include "http/parser.h"
@@ -41,6 +40,8 @@ struct HeadRead {
 struct BodyRead {
   ReadStatus status = ReadStatus::kOk;
   std::error_code ec;
+  // Views of the decoded body bytes in the reader's buffer, listed by the parser: valid
+  // until the reader's next read or the reader's end.
   std::span<const std::string_view> chunks;
   bool done = false;  // the message (and its trailers) is complete
 };
@@ -100,7 +101,6 @@ class MessageReader {
   std::size_t cap_;       // the most the buffer may grow to
   std::size_t begin_ = 0;
   std::size_t end_ = 0;
-  std::vector<std::string_view> chunks_;
 };
 
 }  // namespace sg::http

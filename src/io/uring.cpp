@@ -392,8 +392,8 @@ void UringDriver::queue_remote_cancel(UringOp* op, int fd) {
 
 void UringDriver::drain_remote() {
   if (!has_remote_.load(std::memory_order_acquire)) return;
-  std::vector<RemoteCancel> todo;
-  std::vector<int> buffers;
+  std::vector<RemoteCancel>& todo = draining_cancels_;
+  std::vector<int>& buffers = draining_recycles_;
   {
     std::lock_guard lk(remote_mu_);
     todo.swap(remote_cancels_);
@@ -417,6 +417,8 @@ void UringDriver::drain_remote() {
     }
     release(c.op);  // may recycle a buffer: this is the ring's thread
   }
+  todo.clear();
+  buffers.clear();
 }
 
 void UringDriver::cancel(UringOp* op) {

@@ -285,6 +285,10 @@ class UringDriver final : public exec::Driver {
   };
   std::vector<RemoteCancel> remote_cancels_;  // under remote_mu_
   std::vector<int> remote_recycles_;      // under remote_mu_: buffers freed on other threads
+  // The ring thread's side of the swap in drain_remote: emptied, never freed, so that
+  // the two pairs of vectors trade capacity instead of allocating per drain.
+  std::vector<RemoteCancel> draining_cancels_;
+  std::vector<int> draining_recycles_;
   std::atomic<bool> has_remote_{false};
   std::atomic<bool> shut_down_{false};  // read by threads queueing remote cancels
 };

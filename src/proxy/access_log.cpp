@@ -32,13 +32,13 @@ void write_access_log(const RequestContext& c, const http::RequestHead& req, uin
         R"("client":{},"method":{},"target":{},"route":{},"cluster":{},"endpoint":{},"status":{},"bytes_in":{},"bytes_out":{},"duration_ms":{:.3f},"attempts":{},"request_id":{}{}{}}})",
         log::json_quote(c.client), log::json_quote(req.method), log::json_quote(req.target),
         log::json_quote(c.route), log::json_quote(c.cluster), log::json_quote(c.endpoint), c.status, c.bytes_in,
-        c.bytes_out, static_cast<double>(duration_us) / 1000.0, c.attempts, log::json_quote(c.request_id),
+        c.bytes_out, static_cast<double>(duration_us) / 1000.0, c.attempts, log::json_quote(c.request_id.view()),
         c.tls == nullptr ? std::string() : tls_json(*c.tls),
         c.note.empty() ? std::string() : ",\"note\":" + log::json_quote(c.note));
   } else {
     logger->info("{} \"{} {} HTTP/1.{}\" {} {} route={} cluster={} endpoint={} {:.3f}ms attempts={} id={}{}{}{}",
                  c.client, req.method, req.target, req.version_minor, c.status, c.bytes_out,
-                 c.route, c.cluster, c.endpoint, static_cast<double>(duration_us) / 1000.0, c.attempts, c.request_id,
+                 c.route, c.cluster, c.endpoint, static_cast<double>(duration_us) / 1000.0, c.attempts, c.request_id.view(),
                  c.tls == nullptr ? std::string() : tls_text(*c.tls),
                  c.note.empty() ? "" : " note=\"", c.note.empty() ? "" : c.note + "\"");
   }

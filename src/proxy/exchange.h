@@ -12,12 +12,13 @@
 #include "http/stream.h"
 #include "io/stream.h"
 #include "proxy/gateway.h"
+#include "proxy/headers.h"
 
 namespace sg::proxy {
 
 struct RequestContext {
   std::chrono::steady_clock::time_point start;
-  std::string request_id;
+  RequestId request_id;
   std::string client_ip;
   std::string client;  // ip:port
   const io::TlsSummary* tls = nullptr;  // the client connection's TLS; null when plain

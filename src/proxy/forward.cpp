@@ -195,7 +195,7 @@ Verdict Exchange::prepare() {
   upgrade_ = allowed_upgrade(req_, rcfg_.upgrades, upgrade_refused);
   if (upgrade_refused) gw_.stats().upgrades_refused.fetch_add(1, std::memory_order_relaxed);
   if (upgrade_.empty()) down_.reader.parser().refuse_upgrade();
-  ForwardInfo info{ctx_.client_ip, ctx_.request_id, ctx_.tls != nullptr ? "https" : "http", upgrade_, {}};
+  ForwardInfo info{ctx_.client_ip, ctx_.request_id.view(), ctx_.tls != nullptr ? "https" : "http", upgrade_, {}};
   std::string local_authority;
   if (req_.authority.empty() && req_.headers.get("Host") == nullptr) {
     local_authority = io::endpoint_text(down_.client.local_endpoint());  // a syscall: only for such requests

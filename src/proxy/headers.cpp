@@ -330,19 +330,22 @@ bool upgrade_matches(const http::ResponseHead& resp, std::string_view offered) {
   return match;
 }
 
-std::string request_id_for(const http::RequestHead& req) {
+RequestId RequestId::for_request(const http::RequestHead& req) {
+  RequestId out;
   if (const std::string* id = req.headers.get("x-request-id")) {
     bool sane = !id->empty() && id->size() <= 128;
     for (char c : *id) sane = sane && c > 0x20 && c < 0x7f;
-    if (sane) return *id;
+    if (sane) {
+      out.supplied_ = *id;
+      return out;
+    }
   }
   thread_local std::mt19937_64 rng(std::random_device{}());
   static constexpr char kHex[] = "0123456789abcdef";
-  std::string out(32, '0');
-  uint64_t a = rng(), b = rng();
-  for (int i = 0; i < 16; ++i) {
-    out[static_cast<std::size_t>(i)] = kHex[(a >> (i * 4)) & 0xf];
-    out[static_cast<std::size_t>(16 + i)] = kHex[(b >> (i * 4)) & 0xf];
+  const uint64_t a = rng(), b = rng();
+  for (std::size_t i = 0; i < kDigits / 2; ++i) {
+    out.generated_[i] = kHex[(a >> (i * 4)) & 0xf];
+    out.generated_[kDigits / 2 + i] = kHex[(b >> (i * 4)) & 0xf];
   }
   return out;
 }

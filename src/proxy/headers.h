@@ -54,9 +54,19 @@ void append_client_response_head(std::string& out, const http::ResponseHead& res
                                  const config::RouteSection* route, bool chunked_to_client, bool close,
                                  bool upgrade);
 
-// A request id: the client's when it is sane (printable, at most 128 bytes), else a new
-// random one (32 hex digits).
-std::string request_id_for(const http::RequestHead& req);
+// A request's id: the client's X-Request-Id when it is sane (printable, at most 128
+// bytes), else a new random one (32 hex digits), kept inline: a generated id costs no
+// allocation (a 32-byte std::string was a malloc and free per request).
+class RequestId {
+ public:
+  static RequestId for_request(const http::RequestHead& req);
+  std::string_view view() const { return supplied_.empty() ? std::string_view(generated_, kDigits) : supplied_; }
+
+ private:
+  static constexpr std::size_t kDigits = 32;
+  char generated_[kDigits] = {};
+  std::string supplied_;
+};
 
 // GET, HEAD, OPTIONS, TRACE, PUT, DELETE (RFC 9110 §9.2.2).
 bool is_idempotent(std::string_view method);

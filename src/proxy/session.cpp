@@ -3,8 +3,11 @@
 // access log, metrics).
 #include "proxy/session.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <cstring>
+#include <initializer_list>
 #include <utility>
 
 #include "common/log.h"
@@ -49,7 +52,16 @@ struct Peer {
 
 // Names the connection's task in /debug/tasks ("listener ip:port").
 void label_connection(const std::string& listener, const Peer& who) {
-  exec::label_current_task({exec::TaskKind::kConnection, listener + " " + who.address});
+  // "listener ip:port", composed on the stack (the registry keeps kTaskNameMax bytes of
+  // it anyway): concatenating std::strings cost a malloc per connection.
+  char name[exec::kTaskNameMax];
+  std::size_t n = 0;
+  for (std::string_view part : {std::string_view(listener), std::string_view(" "), std::string_view(who.address)}) {
+    const std::size_t k = std::min(part.size(), sizeof(name) - n);
+    std::memcpy(name + n, part.data(), k);
+    n += k;
+  }
+  exec::label_current_task({exec::TaskKind::kConnection, std::string_view(name, n)});
 }
 
 // The TLS handshake of a new connection on a TLS listener; counts its outcome. On success
@@ -96,7 +108,7 @@ exec::Task<Handled> handle_request(Gateway& gw, const std::shared_ptr<const Snap
   http::RequestHead& req = reader.parser().request();
   GatewayStats& gs = gw.stats();
   gs.downstream_requests.fetch_add(1, std::memory_order_relaxed);
-  ctx.request_id = request_id_for(req);
+  ctx.request_id = RequestId::for_request(req);
 
   const bool has_body = req.body != http::BodyKind::kNone;
   // Every reply to this request, from stealgate or relayed, goes out through `response`.

@@ -90,14 +90,14 @@ std::size_t ConnPool::reap() {
   const auto now = exec::tick_now();
   // Take the list out, check it unlocked (a MSG_PEEK recv each), and put the live ones
   // back in front of whatever was released meanwhile (which is newer).
-  std::deque<Idle> list;
+  std::vector<Idle> list;
   {
     std::lock_guard g(slot.mu);
     list.swap(slot.idle);
     slot.count.store(0, std::memory_order_relaxed);
   }
   std::size_t closed = 0;
-  std::deque<Idle> live;
+  std::vector<Idle> live;
   for (Idle& it : list) {
     // Expired, or closed by the upstream (EOF or bytes nobody asked for): a socket nobody
     // will reuse should not hold a file descriptor until the next acquire finds it.

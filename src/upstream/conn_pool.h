@@ -30,10 +30,10 @@
 #include <chrono>
 #include <cstdint>
 #include <cstddef>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <vector>
 
 #include "io/stream.h"
 
@@ -73,7 +73,10 @@ class ConnPool {
   };
   struct alignas(64) Slot {
     std::mutex mu;
-    std::deque<Idle> idle;              // back = most recently released; under mu
+    // back = most recently released; under mu. A vector, not a deque: the stack's depth
+    // swings by one per request, and a deque freed and reallocated a 512-byte block
+    // whenever that crossed a block boundary (a malloc and free per proxied request).
+    std::vector<Idle> idle;
     std::atomic<std::size_t> count{0};  // idle.size(), for idle() without the lock
   };
   // The calling worker's index, or nullopt off the runtime's workers.

@@ -30,7 +30,7 @@ uint64_t thread_random() {
 
 // Walks from `start` to the first usable index that is not excluded, falling back to the
 // excluded one when it is the only usable endpoint.
-int first_usable(int start, int n, const PickContext& ctx, const std::function<bool(int)>& usable) {
+int first_usable(int start, int n, const PickContext& ctx, FunctionRef<bool(int)> usable) {
   int fallback = -1;
   for (int k = 0; k < n; ++k) {
     int i = (start + k) % n;
@@ -65,7 +65,7 @@ class RoundRobin final : public LoadBalancer {
       schedule_.push_back(static_cast<int>(best));
     }
   }
-  int pick(const PickContext& ctx, const std::function<bool(int)>& usable) override {
+  int pick(const PickContext& ctx, FunctionRef<bool(int)> usable) override {
     if (schedule_.empty()) return -1;
     uint64_t k = next_.fetch_add(1, std::memory_order_relaxed);
     int start = schedule_[k % schedule_.size()];
@@ -88,7 +88,7 @@ class Random final : public LoadBalancer {
       prefix_.push_back(acc);
     }
   }
-  int pick(const PickContext& ctx, const std::function<bool(int)>& usable) override {
+  int pick(const PickContext& ctx, FunctionRef<bool(int)> usable) override {
     if (prefix_.empty()) return -1;
     uint64_t r = thread_random() % prefix_.back();
     int start = static_cast<int>(std::upper_bound(prefix_.begin(), prefix_.end(), r) - prefix_.begin());
@@ -105,7 +105,7 @@ class LeastRequest final : public LoadBalancer {
  public:
   LeastRequest(const std::vector<uint32_t>& weights, std::function<int64_t(int)> active)
       : weights_(weights), random_(weights), active_(std::move(active)) {}
-  int pick(const PickContext& ctx, const std::function<bool(int)>& usable) override {
+  int pick(const PickContext& ctx, FunctionRef<bool(int)> usable) override {
     int a = random_.pick(ctx, usable);
     if (a < 0) return -1;
     PickContext second = ctx;
@@ -139,7 +139,7 @@ class RingHash final : public LoadBalancer {
     std::sort(ring_.begin(), ring_.end());
     n_ = static_cast<int>(weights.size());
   }
-  int pick(const PickContext& ctx, const std::function<bool(int)>& usable) override {
+  int pick(const PickContext& ctx, FunctionRef<bool(int)> usable) override {
     if (ring_.empty()) return -1;
     auto it = std::lower_bound(ring_.begin(), ring_.end(), std::pair<uint64_t, int>{ctx.hash, -1});
     // Walk the ring clockwise to the first usable endpoint (then the excluded one).

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/function_ref.h"
 #include "config/schema.h"
 
 namespace sg::upstream {
@@ -28,7 +29,7 @@ inline uint64_t endpoint_bit(int i) { return i >= 0 && i < 64 ? uint64_t{1} << i
 class LoadBalancer {
  public:
   virtual ~LoadBalancer() = default;
-  virtual int pick(const PickContext& ctx, const std::function<bool(int)>& usable) = 0;
+  virtual int pick(const PickContext& ctx, FunctionRef<bool(int)> usable) = 0;
 };
 
 // Builds the policy for endpoints with `weights`; `active` gives in-flight counts
