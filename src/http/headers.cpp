@@ -41,6 +41,7 @@ HeaderMap& HeaderMap::operator=(const HeaderMap& o) {
   if (this != &o) {
     fields_.assign(o.begin(), o.end());
     size_ = o.size_;
+    may_hold_long_ = true;  // assign() may have kept a long buffer of ours under a short value
   }
   return *this;
 }
@@ -49,6 +50,7 @@ HeaderMap& HeaderMap::operator=(HeaderMap&& o) noexcept {
   if (this != &o) {
     fields_ = std::move(o.fields_);
     size_ = std::exchange(o.size_, 0);
+    may_hold_long_ = std::exchange(o.may_hold_long_, false);
     o.fields_.clear();
   }
   return *this;
@@ -63,7 +65,8 @@ void HeaderMap::drop_long_strings(std::size_t from, std::size_t to) noexcept {
 }
 
 void HeaderMap::clear() noexcept {
-  drop_long_strings(0, size_);  // (remove_if checked the spares it made)
+  if (may_hold_long_) drop_long_strings(0, size_);  // (remove_if checked the spares it made)
+  may_hold_long_ = false;
   size_ = 0;
 }
 

@@ -42,8 +42,11 @@ class HeaderMap {
   using const_iterator = std::vector<Header>::const_iterator;
 
   HeaderMap() = default;
-  HeaderMap(const HeaderMap& o) : fields_(o.begin(), o.end()), size_(o.size_) {}
-  HeaderMap(HeaderMap&& o) noexcept : fields_(std::move(o.fields_)), size_(std::exchange(o.size_, 0)) {}
+  HeaderMap(const HeaderMap& o) : fields_(o.begin(), o.end()), size_(o.size_), may_hold_long_(o.may_hold_long_) {}
+  HeaderMap(HeaderMap&& o) noexcept
+      : fields_(std::move(o.fields_)),
+        size_(std::exchange(o.size_, 0)),
+        may_hold_long_(std::exchange(o.may_hold_long_, false)) {}
   HeaderMap& operator=(const HeaderMap& o);
   HeaderMap& operator=(HeaderMap&& o) noexcept;
 
@@ -51,6 +54,7 @@ class HeaderMap {
     Header& h = next_slot();
     h.name = std::move(name);
     h.value = std::move(value);
+    note_length(h);
   }
   // Copies into a field line that clear() kept, reusing its strings' capacity: a parser's
   // maps live as long as the parser (which is recycled), so a request's fields cost no
@@ -59,6 +63,7 @@ class HeaderMap {
     Header& h = next_slot();
     h.name.assign(name);
     h.value.assign(value);
+    note_length(h);
   }
   // Replaces every line named `name` with one line.
   void set(std::string_view name, std::string value);
@@ -89,6 +94,9 @@ class HeaderMap {
 
  private:
   void drop_long_strings(std::size_t from, std::size_t to) noexcept;
+  void note_length(const Header& h) {
+    may_hold_long_ |= h.name.capacity() > kSpareBytes || h.value.capacity() > kSpareBytes;
+  }
   Header& next_slot() {
     if (size_ == fields_.size()) fields_.emplace_back();
     return fields_[size_++];
@@ -98,6 +106,7 @@ class HeaderMap {
   // (at most kSpareBytes each).
   std::vector<Header> fields_;
   std::size_t size_ = 0;
+  bool may_hold_long_ = false;  // a string over kSpareBytes was stored since the last clear()
 };
 
 template <class Pred>
