@@ -82,7 +82,7 @@ bool Parser::oversized() const {
   constexpr std::size_t kFields = 64;
   constexpr std::size_t kString = 4096;
   return req_.headers.capacity() > kFields || resp_.headers.capacity() > kFields || trailers_.capacity() > kFields ||
-         field_.capacity() > kString || value_.capacity() > kString || body_.capacity() > kFields ||
+         field_.text.capacity() > kString || value_.text.capacity() > kString || body_.capacity() > kFields ||
          req_.target.capacity() > kString || req_.path.capacity() > kString;
 }
 
@@ -162,7 +162,7 @@ int Parser::on_header_field(llhttp_t* p, const char* at, std::size_t n) {
     return s->fail(s->mode_ == Mode::kRequest ? 431 : 502, "header section larger than " +
                                                                std::to_string(s->limits_.max_header_bytes) + " bytes");
   }
-  s->field_.append(at, n);
+  s->field_.add(at, n);
   return 0;
 }
 
@@ -172,7 +172,7 @@ int Parser::on_header_value(llhttp_t* p, const char* at, std::size_t n) {
     return s->fail(s->mode_ == Mode::kRequest ? 431 : 502, "header section larger than " +
                                                                std::to_string(s->limits_.max_header_bytes) + " bytes");
   }
-  s->value_.append(at, n);
+  s->value_.add(at, n);
   return 0;
 }
 
@@ -190,11 +190,12 @@ int Parser::on_header_value_complete(llhttp_t* p) {
   // Strict mode already rejects CR/LF/NUL and other controls; keep the guarantee here.
   // (No early exit: the compiler vectorises the scan of a whole value.)
   bool bad = false;
-  for (char c : s->value_) bad |= (c == '\0') | (c == '\r') | (c == '\n');
+  const std::string_view value = s->value_.get();
+  for (char c : value) bad |= (c == '\0') | (c == '\r') | (c == '\n');
   if (bad) {
     return s->fail(s->mode_ == Mode::kRequest ? 400 : 502, "control character in header value");
   }
-  target.add_copy(s->field_, trim_ows(s->value_));
+  target.add_copy(s->field_.get(), trim_ows(value));
   s->field_.clear();
   s->value_.clear();
   return 0;
@@ -620,6 +621,8 @@ ParseResult Parser::feed(char* data, std::size_t len) {
     paused_ = false;
   }
   llhttp_errno_t err = llhttp_execute(&parser_, data, len);
+  field_.settle();  // a line left unfinished: its bytes may move before the next feed
+  value_.settle();
   if (err == HPE_OK) return {len, ParseEvent::kNeedMore};
   const char* pos = llhttp_get_error_pos(&parser_);
   std::size_t consumed = pos != nullptr && pos >= data ? static_cast<std::size_t>(pos - data) : 0;

@@ -83,6 +83,35 @@ struct ParserScalars {
 };
 static_assert(std::is_trivially_copyable_v<ParserScalars>);
 
+// A header name or value as llhttp hands it over: almost always one span of the bytes
+// being parsed, kept as a view until the field line is stored (one copy, into the header
+// map, instead of two). A second span (the line was split across reads), or the end of a
+// feed() with the line unfinished (the reader's buffer may move before the next one),
+// copies what there is into `text`.
+struct HeaderPiece {
+  std::string_view view;  // the only span so far, in the bytes being parsed
+  std::string text;       // the spans so far, once copied
+
+  void add(const char* at, std::size_t n) {
+    if (view.empty() && text.empty()) {
+      view = {at, n};
+      return;
+    }
+    settle();
+    text.append(at, n);
+  }
+  void settle() {
+    if (view.empty()) return;
+    text.assign(view);
+    view = {};
+  }
+  std::string_view get() const { return view.empty() ? std::string_view(text) : view; }
+  void clear() {
+    view = {};
+    text.clear();
+  }
+};
+
 }  // namespace detail
 
 class Parser : private detail::ParserScalars {
@@ -177,7 +206,7 @@ class Parser : private detail::ParserScalars {
   RequestHead req_;
   ResponseHead resp_;
   HeaderMap trailers_;
-  std::string field_, value_;
+  detail::HeaderPiece field_, value_;
   std::vector<std::string_view> body_;
   std::string error_detail_;
   std::string copy_;

@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace sg::http {
@@ -347,6 +349,72 @@ TEST(ParserCache, AParserThatGrewLargeIsNotKept) {
   ParserPtr q = acquire_parser(Parser::Mode::kRequest, {});
   EXPECT_LE(p->request().headers.capacity(), 64u);
   EXPECT_LE(q->request().headers.capacity(), 64u);
+}
+
+}  // namespace
+}  // namespace sg::http
+
+namespace sg::http {
+namespace {
+
+// Header names and values are kept as views of the bytes being parsed until their line is
+// stored (detail::HeaderPiece): a line split across feeds must be copied before the
+// reader's buffer is reused. Each piece is fed from one scratch buffer that is
+// overwritten before the next feed, at every step size, and the fields and trailers
+// must come out as from one feed.
+struct Fields {
+  std::vector<std::pair<std::string, std::string>> headers, trailers;
+  std::string body;
+  ParseEvent last = ParseEvent::kNeedMore;
+};
+
+Fields parse_through_scratch(const std::string& wire, std::size_t step) {
+  Parser p(Parser::Mode::kRequest, ParserLimits{});
+  Fields out;
+  std::string scratch;
+  std::size_t off = 0;
+  while (off < wire.size() && out.last != ParseEvent::kMessageDone && out.last != ParseEvent::kError) {
+    scratch.assign(wire, off, std::min(step, wire.size() - off));
+    std::size_t used = 0;
+    while (used < scratch.size()) {
+      ParseResult r = p.feed(scratch.data() + used, scratch.size() - used);
+      for (auto v : p.body()) out.body.append(v);
+      used += r.consumed;
+      out.last = r.event;
+      if (r.event == ParseEvent::kHeadDone) {
+        for (const auto& h : p.request().headers) out.headers.emplace_back(h.name, h.value);
+      }
+      if (r.event == ParseEvent::kMessageDone) {
+        for (const auto& h : p.trailers()) out.trailers.emplace_back(h.name, h.value);
+      }
+      if (r.event == ParseEvent::kNeedMore || r.event == ParseEvent::kError || r.event == ParseEvent::kMessageDone) break;
+    }
+    off += scratch.size();
+    std::fill(scratch.begin(), scratch.end(), 'X');  // what a view left behind would now show
+  }
+  return out;
+}
+
+TEST(RequestParser, FieldsSplitAcrossFeedsSurviveTheBufferBeingReused) {
+  const std::string wire =
+      "POST /upload HTTP/1.1\r\nHost: example.test\r\nUser-Agent: a fairly long user agent string/1.0\r\n"
+      "X-Empty:\r\nAccept:  text/plain ,  */*  \r\nTransfer-Encoding: chunked\r\nTrailer: X-Checksum\r\n\r\n"
+      "5\r\nhello\r\n0\r\nX-Checksum: 0123456789abcdef\r\nX-More: tail value\r\n\r\n";
+  const Fields whole = parse_through_scratch(wire, wire.size());
+  ASSERT_EQ(whole.last, ParseEvent::kMessageDone);
+  ASSERT_EQ(whole.headers.size(), 6u);
+  EXPECT_EQ(whole.headers[1], (std::pair<std::string, std::string>{"User-Agent", "a fairly long user agent string/1.0"}));
+  EXPECT_EQ(whole.headers[3], (std::pair<std::string, std::string>{"Accept", "text/plain ,  */*"}));
+  ASSERT_EQ(whole.trailers.size(), 2u);
+  EXPECT_EQ(whole.trailers[0].second, "0123456789abcdef");
+  EXPECT_EQ(whole.body, "hello");
+  for (std::size_t step = 1; step < wire.size(); ++step) {
+    const Fields split = parse_through_scratch(wire, step);
+    EXPECT_EQ(split.last, ParseEvent::kMessageDone) << step;
+    EXPECT_EQ(split.headers, whole.headers) << step;
+    EXPECT_EQ(split.trailers, whole.trailers) << step;
+    EXPECT_EQ(split.body, whole.body) << step;
+  }
 }
 
 }  // namespace
