@@ -1,9 +1,6 @@
 #include "io/string_pool.h"
 
-#include <atomic>
-#include <mutex>
-#include <vector>
-
+#include "common/depot.h"
 #include "exec/reclaim.h"
 
 namespace sg::io {
@@ -24,35 +21,22 @@ struct Pool {
 };
 thread_local Pool tl_pool;
 
-// Shared by the threads, as common/thread_cache.h's depot and for the same reason: a
-// connection's task moves between workers, so one worker's pool runs empty while the
-// other's overflows. A full pool moves half of itself here (if there is room for it), an
-// empty one takes up to half a pool back: one lock per kBatch buffers.
+// The threads' shared overflow (common/depot.h): a connection's task moves between
+// workers, so one worker's pool runs empty while the other's overflows. A full pool moves
+// half of itself there (if there is room), an empty one takes up to half a pool back.
 constexpr std::size_t kBatch = kPooledStringsPerThread / 2;
-struct Depot {
-  std::mutex mu;
-  std::vector<std::string> strings;  // under mu; at most kPooledStringsPerThread
-  std::atomic<std::size_t> size_hint{0};  // strings.size(), read without mu (a hint)
-};
-Depot& g_depot = *new Depot;  // never destroyed: a thread may give a buffer back during exit
+// Never destroyed: a thread may give a buffer back during exit.
+Depot<std::string, kPooledStringsPerThread>& g_depot = *new Depot<std::string, kPooledStringsPerThread>;
 
 bool spill_to_depot() {
-  if (kBatch == 0) return false;
-  std::lock_guard lk(g_depot.mu);
-  if (g_depot.strings.size() + kBatch > kPooledStringsPerThread) return false;
-  for (std::size_t i = 0; i < kBatch; ++i) g_depot.strings.push_back(std::move(tl_pool.slots[--tl_pool.n]));
-  g_depot.size_hint.store(g_depot.strings.size(), std::memory_order_relaxed);
+  if (kBatch == 0 || !g_depot.put(tl_pool.slots + tl_pool.n - kBatch, kBatch)) return false;
+  tl_pool.n -= kBatch;  // those slots are left moved from: empty, no buffer
   return true;
 }
 
 bool refill_from_depot() {
-  if (kBatch == 0 || g_depot.size_hint.load(std::memory_order_relaxed) == 0) return false;
-  std::lock_guard lk(g_depot.mu);
-  while (tl_pool.n < kBatch && !g_depot.strings.empty()) {
-    tl_pool.slots[tl_pool.n++] = std::move(g_depot.strings.back());
-    g_depot.strings.pop_back();
-  }
-  g_depot.size_hint.store(g_depot.strings.size(), std::memory_order_relaxed);
+  if (kBatch == 0) return false;
+  tl_pool.n = g_depot.take(tl_pool.slots, kBatch);
   return tl_pool.n > 0;
 }
 
@@ -88,12 +72,10 @@ std::size_t pooled_buffers() { return tl_closed ? 0 : tl_pool.n; }
 
 std::size_t release_pooled_buffers() noexcept {
   std::size_t bytes = 0;
-  {
-    std::lock_guard lk(g_depot.mu);
-    for (const std::string& d : g_depot.strings) bytes += d.capacity();
-    std::vector<std::string>().swap(g_depot.strings);
-    g_depot.size_hint.store(0, std::memory_order_relaxed);
-  }
+  g_depot.drain([&bytes](std::string& d) {
+    bytes += d.capacity();
+    std::string().swap(d);
+  });
   if (tl_closed) return bytes;
   for (std::size_t i = 0; i < tl_pool.n; ++i) {
     bytes += tl_pool.slots[i].capacity();
