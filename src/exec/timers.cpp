@@ -20,7 +20,7 @@ constexpr std::size_t kFireBatch = 64;
 bool TimerEntry::arm(Timers& timers, Clock::time_point at, Waker& w, std::size_t tag) {
   cancel();
   waker_ = std::move(w);
-  tag_ = tag;
+  tag_ = static_cast<uint32_t>(tag);
   if (!timers.arm(*this, timers.deadline_ms(at))) {
     w = std::move(waker_);
     return false;

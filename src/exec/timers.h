@@ -57,9 +57,9 @@ class TimerEntry {
   TimerEntry& operator=(const TimerEntry&) = delete;
   ~TimerEntry() { cancel(); }
 
-  // Completes `w`'s wait with WaitResult{{}, tag} at `at`, taking `w`. False when `at`
-  // is already due (or the runtime shut down): nothing is armed and `w` stays with the
-  // caller, who decides what that means (usually: complete the wait now).
+  // Completes `w`'s wait with WaitResult{{}, tag} at `at`, taking `w` (tag < 2^32). False
+  // when `at` is already due (or the runtime shut down): nothing is armed and `w` stays
+  // with the caller, who decides what that means (usually: complete the wait now).
   bool arm(Timers& timers, Clock::time_point at, Waker& w, std::size_t tag);
   // Stops the timer if it has not fired. Safe from any thread, any number of times.
   void cancel();
@@ -69,8 +69,10 @@ class TimerEntry {
   friend class Timers;
   TimerNode node_;
   Waker waker_;
-  std::size_t tag_ = 0;
   Timers* timers_ = nullptr;  // set while armed (owner's thread only)
+  // Beside shard_: a timer's tags are small (which of a wait's raced operations fired),
+  // and every connection waits with one of these (an idle one: proxy/session.cpp).
+  uint32_t tag_ = 0;
   uint32_t shard_ = 0;
 };
 

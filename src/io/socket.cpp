@@ -61,15 +61,26 @@ Socket& Socket::operator=(Socket&& o) noexcept {
     fd_ = o.fd_;
     desc_ = std::move(o.desc_);
     recv_ = o.recv_;
+    send_ = o.send_;
     streaming_ = o.streaming_;
     o.fd_ = -1;
     o.desc_.reset();
     o.recv_ = nullptr;
+    o.send_ = nullptr;
   }
   return *this;
 }
 
-void Socket::close() {
+void Socket::close(std::string_view tail) {
+  if (send_ != nullptr) {
+    UringOp* send = std::exchange(send_, nullptr);
+    if (fd_ >= 0 && !send->completed.load(std::memory_order_acquire)) {
+      linger_close(send, tail);
+      return;
+    }
+    release(send);  // settled: it went out whole, or failed (which a close need not know)
+  }
+  if (!tail.empty() && fd_ >= 0) (void)::send(fd_, tail.data(), tail.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
   if (recv_ != nullptr) {
     // io_uring, with a receive: the ring cancels it, then closes the descriptor.
     if (fd_ >= 0) cancel_and_close(std::exchange(recv_, nullptr), fd_);
@@ -84,6 +95,24 @@ void Socket::close() {
     desc_.reset();
   } else if (UringDriver* ring = current_ring(); ring == nullptr || !ring->close_later(fd_)) {
     ::close(fd_);  // (off the workers, or the ring has stopped)
+  }
+  fd_ = -1;
+}
+
+void Socket::linger_close(UringOp* send, std::string_view tail) {
+  UringOp* recv = std::exchange(recv_, nullptr);
+  if (recv != nullptr && recv->completed.load(std::memory_order_acquire)) {
+    release(recv);  // (its submission is long done: it names fd no more)
+    recv = nullptr;
+  }
+  if (recv == nullptr || recv->ring == send->ring) {
+    close_after_send(send, recv, std::string(tail));
+  } else {
+    // Two rings could not order the close after both; the writes and reads keep the
+    // running send and receive of a socket on one ring (io/uring.h), so this is a safety
+    // net: the send is given up, the receive's ring closes.
+    abandon_send(send);
+    cancel_and_close(recv, fd_);
   }
   fd_ = -1;
 }

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "common/result.h"
 
@@ -41,10 +42,12 @@ class Socket {
   Socket() = default;
   // Takes ownership of `fd` (already non-blocking). On failure `fd` is closed.
   static Result<Socket> adopt(IoContext io, int fd);
-  Socket(Socket&& o) noexcept : desc_(std::move(o.desc_)), recv_(o.recv_), fd_(o.fd_), streaming_(o.streaming_) {
+  Socket(Socket&& o) noexcept
+      : desc_(std::move(o.desc_)), recv_(o.recv_), send_(o.send_), fd_(o.fd_), streaming_(o.streaming_) {
     o.fd_ = -1;
     o.desc_.reset();
     o.recv_ = nullptr;
+    o.send_ = nullptr;
   }
   Socket& operator=(Socket&& o) noexcept;
   Socket(const Socket&) = delete;
@@ -54,13 +57,18 @@ class Socket {
   int native_handle() const { return fd_; }
   bool is_open() const { return fd_ >= 0; }
   // Closes the descriptor; pending reactor waits complete as aborted, a pending receive is
-  // cancelled (and bytes it received and no read took are dropped).
-  void close();
+  // cancelled (and bytes it received and no read took are dropped). A background send
+  // still running is not: the descriptor closes once it has finished (io/uring.h). `tail`
+  // (a TLS close_notify) goes last if the socket takes it without waiting.
+  void close(std::string_view tail = {});
   // The reactor registration (null on io_uring, or when closed).
   Descriptor* reactor_handle() { return desc_ ? &*desc_ : nullptr; }
   // io_uring: the socket's receive, started by a readable wait and kept (with what it
   // received) until a read has taken all of it (holds a reference; see io/uring.h).
   UringOp*& receive_op() { return recv_; }
+  // io_uring: the socket's last write, a send nobody waited for (holds a reference; see
+  // io/uring.h), until the next write, a flush or the close settles it.
+  UringOp*& send_op() { return send_; }
   // io_uring: the last read filled its buffer, so more bytes are probably waiting (a body
   // streams): the next read tries recv first instead of a receive's round trip.
   bool& streaming() { return streaming_; }
@@ -68,10 +76,14 @@ class Socket {
   tcp::endpoint local_endpoint() const;
 
  private:
+  // close() while the last write is still being sent (io/uring.h, close_after_send).
+  void linger_close(UringOp* send, std::string_view tail);
+
   // (fd_ beside streaming_: no padding, so that an idle connection's task stays in its
   // allocation class; see proxy/session.cpp.)
   std::optional<Descriptor> desc_;  // epoll driver: owns fd_ (closing it closes fd_)
   UringOp* recv_ = nullptr;
+  UringOp* send_ = nullptr;
   int fd_ = -1;
   bool streaming_ = false;
 };

@@ -20,13 +20,19 @@ exec::Task<std::error_code> Stream::write_all(std::string_view data, Deadline dl
   co_return co_await write_all(std::span<const std::string_view>(one), dl);
 }
 
-void Stream::shutdown_write() {
-  if (tls_) tls_->close_notify(tcp_);
-  tcp_.shutdown_write();
+exec::Task<void> Stream::shutdown_write(Deadline dl) {
+  if (tls_ && tcp_.is_open()) {
+    const std::string alert = tls_->close_notify();
+    if (!alert.empty()) (void)co_await tcp_.write_all(alert, dl);
+  }
+  co_await tcp_.shutdown_write(dl);
 }
 
 void Stream::close() {
-  if (tls_ && tcp_.is_open()) tls_->close_notify(tcp_);
+  if (tls_ && tcp_.is_open()) {
+    tcp_.close(tls_->close_notify());
+    return;
+  }
   tcp_.close();
 }
 

@@ -77,8 +77,9 @@ class Stream {
   bool peer_closed() { return peek() == PeerState::kClosed; }
   bool silent() { return peek() == PeerState::kSilent; }
 
-  // TLS: close_notify first (if the socket takes it at once).
-  void shutdown_write();
+  // After every write has gone out (TLS: and close_notify), FIN.
+  exec::Task<void> shutdown_write(Deadline dl);
+  // TLS: close_notify last, if the socket takes it at once.
   void close();
   tcp::endpoint local_endpoint() const { return tcp_.local_endpoint(); }
 

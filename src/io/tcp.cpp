@@ -179,11 +179,12 @@ std::optional<IoResult> TcpStream::take_received(std::span<char> buf) {
 
 exec::Task<IoResult> TcpStream::read_some(std::span<char> buf, Deadline dl) {
   if (uses_receives(sock_)) {
-    for (;;) {
+    for (bool waited = false;; waited = true) {
       std::optional<IoResult> got = take_received(buf);
-      if (!got && sock_.streaming() && sock_.receive_op() == nullptr) {
+      if (!got && sock_.receive_op() == nullptr && (waited || sock_.streaming())) {
         // A body streams: what follows is most likely there already, and one recv costs
-        // less than a receive's round trip through the ring (two task polls).
+        // less than a receive's round trip through the ring (two task polls). (Or the
+        // wait was a poll, not a receive: ReceiveWait::start.)
         got = recv_now(sock_.native_handle(), buf);
         sock_.streaming() = got && !got->ec && got->n == buf.size();
       }
@@ -211,8 +212,19 @@ std::optional<IoResult> TcpStream::try_read(std::span<char> buf) {
 }
 
 exec::Task<std::error_code> TcpStream::write_all(std::span<const std::string_view> bufs, Deadline dl) {
+  if (sock_.send_op() != nullptr) {
+    if (std::error_code ec = co_await flush(dl)) co_return ec;  // one send at a time: in order
+  }
   const int fd = sock_.native_handle();
-  if (sock_.reactor_handle() == nullptr && fd >= 0 && current_ring() != nullptr && total_bytes(bufs) < kDirectSend) {
+  UringDriver* ring = sock_.reactor_handle() == nullptr && fd >= 0 ? current_ring() : nullptr;
+  if (ring != nullptr && total_bytes(bufs) < kDirectSend) {
+    // In the background, unless the socket's receive runs on another ring (a stolen
+    // task): one ring must see both to order the close after them (io/uring.h).
+    const UringOp* recv = sock_.receive_op();
+    if (recv == nullptr || recv->ring == ring || recv->completed.load(std::memory_order_acquire)) {
+      sock_.send_op() = ring->start_background_send(fd, bufs, dl.at);
+      co_return std::error_code{};
+    }
     co_return co_await send_all(bufs, dl);
   }
   SendCursor c{bufs};
@@ -270,17 +282,56 @@ TcpStream::PeerState TcpStream::peek() {
   return PeerState::kClosed;  // reset or another error
 }
 
-bool TcpStream::try_write(std::string_view data) {
-  if (!sock_.is_open()) return false;
-  ssize_t n = ::send(sock_.native_handle(), data.data(), data.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
-  return n == static_cast<ssize_t>(data.size());
+TcpStream::FlushAwaiter::~FlushAwaiter() {
+  timer.cancel();
+  if (armed != nullptr) disarm_waiter(armed);
 }
 
-void TcpStream::shutdown_write() {
+bool TcpStream::FlushAwaiter::await_ready() const noexcept {
+  const UringOp* op = sock.send_op();
+  return op == nullptr || op->completed.load(std::memory_order_acquire);
+}
+
+void TcpStream::FlushAwaiter::await_suspend(std::coroutine_handle<> h) {
+  exec::Waker w = exec::arm_wait(h);
+  if (deadline.is_set()) arm_deadline(timer, deadline, w.clone());
+  armed = sock.send_op();
+  arm_waiter(armed, std::move(w), kTagReady);  // (wakes at once if it completed meanwhile)
+}
+
+std::error_code TcpStream::FlushAwaiter::await_resume() {
+  if (armed != nullptr) {
+    const exec::WaitResult r = exec::last_wait_result();
+    timer.cancel();
+    disarm_waiter(std::exchange(armed, nullptr));
+    if (r.value == kTagTimer) {
+      // Given up: the connection cannot be written in order any more.
+      abandon_send(std::exchange(sock.send_op(), nullptr));
+      return r.code == 0 ? std::make_error_code(std::errc::timed_out) : r.ec();
+    }
+  }
+  UringOp* op = std::exchange(sock.send_op(), nullptr);
+  if (op == nullptr) return {};
+  const std::error_code ec = background_send_result(op);
+  release(op);
+  return ec;
+}
+
+bool TcpStream::writes_done() {
+  UringOp* op = sock_.send_op();
+  if (op == nullptr) return true;
+  if (!op->completed.load(std::memory_order_acquire)) return false;
+  const bool whole = !background_send_result(op);
+  if (whole) release(std::exchange(sock_.send_op(), nullptr));
+  return whole;
+}
+
+exec::Task<void> TcpStream::shutdown_write(Deadline dl) {
+  (void)co_await flush(dl);
   if (sock_.is_open()) ::shutdown(sock_.native_handle(), SHUT_WR);
 }
 
-void TcpStream::close() { sock_.close(); }
+void TcpStream::close(std::string_view tail) { sock_.close(tail); }
 
 tcp::endpoint TcpStream::local_endpoint() const { return sock_.local_endpoint(); }
 

@@ -5,7 +5,8 @@
 // (wait_ready). On io_uring a read that finds nothing waits with the socket's receive
 // (io/uring.h) and copies what it brought (a read after one that filled its buffer tries
 // recv first: a body streams); a write under 8 KiB is a send on the ring that owns a copy
-// of its bytes (bigger ones are sendmsg, as on epoll); connect is a ring operation, and a
+// of its bytes and that the write does not wait for (bigger ones are sendmsg, as on
+// epoll); connect is a ring operation, and a
 // listener's accepts are one multishot accept it keeps (io/uring.h). Each completed
 // operation spends one unit of the task's coop budget.
 // Deadlines are absolute (io::Deadline); an expired wait yields errc::timed_out and
@@ -68,11 +69,20 @@ class TcpStream {
   // A read would block: the peer has sent nothing and has not closed or reset.
   bool silent() { return peek() == PeerState::kSilent; }
 
-  // One non-blocking send of `data` (nothing waits): whether all of it was taken. For a
-  // last few bytes before a close (a TLS close_notify); never with a write in flight.
-  bool try_write(std::string_view data);
-  void shutdown_write();
-  void close();
+  // On io_uring a write under 8 KiB returns once its send is queued (a background send,
+  // io/uring.h): the next write, flush() or close() settles it, and its error, if any,
+  // comes back from the next write or flush. flush() waits until the last write has gone
+  // out (into the socket), or fails (errc::timed_out at `dl`, the send then given up).
+  struct FlushAwaiter;
+  FlushAwaiter flush(Deadline dl);
+  // Without waiting: the last write has gone out whole (false: still being sent, or it
+  // failed), e.g. before a connection goes back to a pool.
+  bool writes_done();
+  // Flushes, then shuts the sending side down (FIN after every byte written).
+  exec::Task<void> shutdown_write(Deadline dl);
+  // `tail`: a few last bytes (a TLS close_notify), sent after every write if the socket
+  // takes them at once. A write still being sent finishes first (Socket::close).
+  void close(std::string_view tail = {});
   tcp::endpoint local_endpoint() const;
 
   // Connects to `ep` (non-blocking connect + writable wait), a socket on `io`.
@@ -83,10 +93,30 @@ class TcpStream {
   // io_uring: copies what the socket's completed receive holds (an error or EOF too);
   // nullopt when there is none, or it is still running.
   std::optional<IoResult> take_received(std::span<char> buf);
-  // io_uring: write_all as sends on the ring (io/uring.h).
+  // io_uring: write_all as sends on the ring that it waits for (io/uring.h).
   exec::Task<std::error_code> send_all(std::span<const std::string_view> bufs, Deadline dl);
   Socket sock_;
 };
+
+// co_await stream.flush(dl) -> std::error_code: the socket's background send settled (at
+// once when there is none, or it has completed). Dropped while it waits, it only stops
+// waiting; the send goes on.
+struct TcpStream::FlushAwaiter {
+  Socket& sock;
+  Deadline deadline;
+  exec::TimerEntry timer{};
+  UringOp* armed = nullptr;  // the send whose waiter we are
+
+  FlushAwaiter(Socket& s, Deadline dl) : sock(s), deadline(dl) {}
+  FlushAwaiter(const FlushAwaiter&) = delete;
+  FlushAwaiter& operator=(const FlushAwaiter&) = delete;
+  ~FlushAwaiter();
+  bool await_ready() const noexcept;
+  void await_suspend(std::coroutine_handle<> h);
+  std::error_code await_resume();
+};
+
+inline TcpStream::FlushAwaiter TcpStream::flush(Deadline dl) { return FlushAwaiter(sock_, dl); }
 
 struct ListenOptions {
   int backlog = 1024;

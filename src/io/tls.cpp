@@ -399,14 +399,15 @@ TcpStream::PeerState TlsLayer::peek(TcpStream& sock) {
   return err == SSL_ERROR_WANT_READ ? TcpStream::PeerState::kSilent : TcpStream::PeerState::kClosed;
 }
 
-void TlsLayer::close_notify(TcpStream& sock) {
+std::string TlsLayer::close_notify() {
   std::lock_guard g(mu_);
   ERR_clear_error();
   if (SSL_is_init_finished(ssl_) == 1) (void)SSL_shutdown(ssl_);
   ERR_clear_error();
   take_output_locked();
-  if (!out_.empty()) (void)sock.try_write(out_);
+  std::string alert = std::move(out_);
   out_.clear();
+  return alert;
 }
 
 TlsSummary TlsLayer::summary() const {

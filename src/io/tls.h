@@ -105,8 +105,8 @@ class TlsLayer {
   // Whether a read would find data, a close (close_notify, EOF, reset, a bad record) or
   // nothing yet; consumes no plaintext (what it pulls from the socket stays buffered).
   TcpStream::PeerState peek(TcpStream& sock);
-  // Sends close_notify if the socket takes it at once (never waits).
-  void close_notify(TcpStream& sock);
+  // The close_notify alert to send last (empty when the handshake never finished).
+  std::string close_notify();
 
   // The connection goes idle: gives back the buffers only a request in progress needs
   // (the scratch, the write buffers, the ciphertext buffers when empty), as the plain path

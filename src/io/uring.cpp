@@ -44,6 +44,38 @@ struct AcceptQueue {
 
 AcceptQueue& accept_queue(UringOp* op) { return *reinterpret_cast<AcceptQueue*>(op + 1); }
 
+// What follows a background send, before its bytes. The ring's thread alone writes it
+// after the start (a reader on another thread sees it through `completed`).
+struct BackgroundSend {
+  int fd = -1;
+  uint32_t size = 0;  // bytes to send
+  uint32_t sent = 0;  // bytes the kernel took so far
+  uint32_t eagain_resends = 0;
+  // Lingering (close_after_send): its socket is closed, and `fd` is closed once the send
+  // has finished, or cancelled at `deadline_ns` (steady clock).
+  bool lingering = false;
+  bool cancel_sent = false;
+  int64_t deadline_ns = 0;
+  std::string tail;
+};
+
+BackgroundSend& background(UringOp* op) { return *reinterpret_cast<BackgroundSend*>(op + 1); }
+const BackgroundSend& background(const UringOp* op) { return *reinterpret_cast<const BackgroundSend*>(op + 1); }
+char* background_bytes(UringOp* op) { return reinterpret_cast<char*>(&background(op) + 1); }
+
+// A write without a deadline lingers this long at most once its socket is closed.
+constexpr auto kMaxLinger = std::chrono::seconds(60);
+// An EAGAIN completion (io-wq under memory pressure) is resent this many times at most.
+constexpr uint32_t kMaxEagainResends = 8;
+// While sends linger, a park wakes at least this often to cancel those past their deadline.
+constexpr std::chrono::milliseconds kLingerCheck{250};
+// How long a stopping ring lets lingering sends finish before it cancels them.
+constexpr std::chrono::seconds kShutdownLinger{1};
+
+int64_t steady_ns(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
 UringOp* new_op(std::size_t extra = 0) {
   void* p = exec::task_alloc(sizeof(UringOp) + extra);
   auto* op = new (p) UringOp();
@@ -66,6 +98,7 @@ void release(UringOp* op) noexcept {
     for (std::size_t i = q.head; i < q.fds.size(); ++i) ::close(q.fds[i]);
     q.~AcceptQueue();
   }
+  if (op->background) background(op).~BackgroundSend();
   const std::size_t bytes = sizeof(UringOp) + op->extra;
   op->~UringOp();
   exec::task_free(op, bytes);
@@ -281,6 +314,146 @@ UringOp* UringDriver::start_send(int fd, std::span<const std::string_view> bufs,
   return op;
 }
 
+UringOp* UringDriver::start_background_send(int fd, std::span<const std::string_view> bufs,
+                                           std::chrono::steady_clock::time_point deadline) {
+  std::size_t n = 0;
+  for (std::string_view b : bufs) n += b.size();
+  n = std::min(n, kMaxSend);
+  UringOp* op = new_waited_op(sizeof(BackgroundSend) + n, {}, 0);
+  op->background = true;
+  const auto latest = std::chrono::steady_clock::now() + kMaxLinger;
+  auto* b = new (op + 1) BackgroundSend();
+  b->fd = fd;
+  b->size = static_cast<uint32_t>(n);
+  b->deadline_ns = steady_ns(std::min(deadline, latest));
+  char* data = background_bytes(op);
+  for (std::size_t i = 0, at = 0; at < n; ++i) {
+    const std::size_t k = std::min(bufs[i].size(), n - at);
+    std::memcpy(data + at, bufs[i].data(), k);
+    at += k;
+  }
+  io_uring_sqe* e = sqe();
+  // MSG_WAITALL: the kernel retries a partial send itself (the ring resends what it
+  // still leaves, resend_rest).
+  io_uring_prep_send(e, fd, data, n, MSG_NOSIGNAL | MSG_WAITALL);
+  io_uring_sqe_set_data(e, op);
+  return op;
+}
+
+std::error_code background_send_result(const UringOp* op) noexcept {
+  if (op->res < 0) return {-op->res, std::system_category()};
+  if (static_cast<uint32_t>(op->res) != background(op).size) return std::make_error_code(std::errc::broken_pipe);
+  return {};
+}
+
+void abandon_send(UringOp* op) noexcept {
+  {
+    std::lock_guard lk(op->lock);
+    op->abandoned = true;  // a short completion from now on is final
+  }
+  cancel_and_release(op);
+}
+
+bool UringDriver::resend_rest(UringOp* op, int res) {
+  BackgroundSend& b = background(op);
+  if (res > 0) b.sent += static_cast<uint32_t>(res);
+  const bool again = (res > 0 && b.sent < b.size) || (res == -EAGAIN && ++b.eagain_resends <= kMaxEagainResends);
+  bool abandoned;
+  {
+    std::lock_guard lk(op->lock);
+    abandoned = op->abandoned;
+  }
+  // An abandon after this check (from another thread: on this one it cannot come
+  // between) queues its cancel to this ring, which submits it after the resubmission and
+  // so finds it: a cancel names the operation, not one submission of it.
+  if (again && !abandoned) {
+    io_uring_sqe* e = sqe();
+    io_uring_prep_send(e, b.fd, background_bytes(op) + b.sent, b.size - b.sent, MSG_NOSIGNAL | MSG_WAITALL);
+    io_uring_sqe_set_data(e, op);
+    return true;
+  }
+  // Final: the bytes sent (short: failed), or the error.
+  op->res = res < 0 ? res : static_cast<int>(b.sent);
+  return false;
+}
+
+void close_after_send(UringOp* send, UringOp* recv, std::string tail) noexcept {
+  UringDriver* ring = send->ring;
+  if (ring->on_ring_thread()) ring->linger(send, recv, std::move(tail));
+  else ring->queue_remote_linger(send, recv, std::move(tail));
+}
+
+void UringDriver::linger(UringOp* send, UringOp* recv, std::string tail) {
+  if (recv != nullptr) {
+    if (!recv->completed.load(std::memory_order_acquire)) {
+      cancels_.fetch_add(1, std::memory_order_relaxed);
+      submit_cancel(recv);
+    }
+    release(recv);
+  }
+  BackgroundSend& b = background(send);
+  b.tail = std::move(tail);
+  b.lingering = true;
+  if (send->completed.load(std::memory_order_acquire)) {
+    finish_lingering(send);  // (it completed since the socket looked)
+    release(send);
+    return;
+  }
+  lingering_.push_back(send);  // with the socket's reference
+}
+
+void UringDriver::queue_remote_linger(UringOp* send, UringOp* recv, std::string tail) {
+  if (shut_down_.load(std::memory_order_acquire)) {
+    // Every operation has completed (cancel_everything): nothing can name fd any more.
+    ::close(background(send).fd);
+    if (recv != nullptr) release(recv);
+    release(send);
+    return;
+  }
+  {
+    std::lock_guard lk(remote_mu_);
+    remote_cancels_.push_back({recv, -1, send, std::move(tail)});
+  }
+  has_remote_.store(true, std::memory_order_release);
+  unpark();
+}
+
+void UringDriver::finish_lingering(UringOp* op) {
+  BackgroundSend& b = background(op);
+  if (b.fd < 0) return;
+  if (!b.tail.empty() && op->res == static_cast<int>(b.size)) {
+    (void)::send(b.fd, b.tail.data(), b.tail.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  }
+  // A submission: the receive's cancel, queued before, reaches the kernel first.
+  if (!close_later(b.fd)) ::close(b.fd);
+  b.fd = -1;
+}
+
+void UringDriver::sweep_lingering() {
+  if (lingering_.empty()) return;
+  const int64_t now = steady_ns(std::chrono::steady_clock::now());
+  for (std::size_t i = 0; i < lingering_.size();) {
+    UringOp* op = lingering_[i];
+    if (op->completed.load(std::memory_order_acquire)) {  // finish_lingering has run
+      release(op);
+      lingering_[i] = lingering_.back();
+      lingering_.pop_back();
+      continue;
+    }
+    BackgroundSend& b = background(op);
+    if (!b.cancel_sent && now >= b.deadline_ns) {
+      b.cancel_sent = true;
+      {
+        std::lock_guard lk(op->lock);
+        op->abandoned = true;
+      }
+      cancels_.fetch_add(1, std::memory_order_relaxed);
+      submit_cancel(op);  // its completion (ECANCELED, or what it sent) closes fd
+    }
+    ++i;
+  }
+}
+
 UringOp* UringDriver::start_connect(int fd, const sockaddr* addr, socklen_t len, exec::Waker w, std::size_t tag) {
   UringOp* op = new_waited_op(len, std::move(w), tag);
   auto* copy = reinterpret_cast<sockaddr*>(op + 1);
@@ -384,7 +557,7 @@ void UringDriver::queue_remote_cancel(UringOp* op, int fd) {
   remote_cancels_total_.fetch_add(1, std::memory_order_relaxed);
   {
     std::lock_guard lk(remote_mu_);
-    remote_cancels_.push_back({op, fd});
+    remote_cancels_.push_back({op, fd, nullptr, {}});
   }
   has_remote_.store(true, std::memory_order_release);
   unpark();
@@ -408,7 +581,11 @@ void UringDriver::drain_remote() {
     }
     io_uring_buf_ring_advance(buf_ring_, static_cast<int>(buffers.size()));
   }
-  for (const RemoteCancel& c : todo) {
+  for (RemoteCancel& c : todo) {
+    if (c.linger_send != nullptr) {
+      linger(c.linger_send, c.op, std::move(c.tail));
+      continue;
+    }
     if (!c.op->completed.load(std::memory_order_acquire)) {
       submit_cancel(c.op);
       if (c.fd >= 0) submit_close(c.fd);
@@ -488,8 +665,9 @@ void UringDriver::complete(UringOp* op, int res, uint32_t flags) {
     complete_accept(op, res, flags);
     return;
   }
+  if (op->background && resend_rest(op, res)) return;  // (sets op->res when final)
   in_flight_.fetch_sub(1, std::memory_order_relaxed);
-  op->res = res;
+  if (!op->background) op->res = res;
   if ((flags & IORING_CQE_F_BUFFER) != 0) {
     op->buffer = static_cast<int>(flags >> IORING_CQE_BUFFER_SHIFT);
     buffers_in_use_.fetch_add(1, std::memory_order_relaxed);
@@ -512,6 +690,7 @@ void UringDriver::complete(UringOp* op, int res, uint32_t flags) {
   if (res == -ECANCELED) ec = std::make_error_code(std::errc::operation_canceled);
   else if (res < 0 && !op->receive) ec = errno_code(-res);
   if (w) std::move(w).wake({ec, tag}, exec::ScheduleKind::kDriver);
+  if (op->background && background(op).lingering) finish_lingering(op);
   release(op);
 }
 
@@ -540,6 +719,7 @@ void UringDriver::flush() {
 
 uint32_t UringDriver::poll(uint32_t max_events) {
   drain_remote();
+  sweep_lingering();
   // Entering the kernel also posts completions whose task work is pending (TASKRUN_FLAG).
   if (io_uring_sq_ready(&ring_) != 0 || (IO_URING_READ_ONCE(*ring_.sq.kflags) & IORING_SQ_TASKRUN) != 0) {
     io_uring_submit_and_get_events(&ring_);
@@ -549,6 +729,8 @@ uint32_t UringDriver::poll(uint32_t max_events) {
 
 uint32_t UringDriver::park(uint32_t max_events, std::optional<std::chrono::milliseconds> timeout) {
   drain_remote();
+  sweep_lingering();
+  if (!lingering_.empty() && (!timeout || *timeout > kLingerCheck)) timeout = kLingerCheck;
   if (io_uring_cq_ready(&ring_) != 0) {
     if (io_uring_sq_ready(&ring_) != 0) io_uring_submit(&ring_);  // e.g. the cancels just queued
   } else {
@@ -585,6 +767,17 @@ void UringDriver::cancel_everything() {
   // Every operation still in flight is cancelled and its final completion reaped: its
   // wait completes as cancelled, which drops its task (the executor has shut down).
   // Completions can queue more cancels (a dropped task's other waits): loop until none.
+  // Lingering sends get a moment first: a response written just before the stop still
+  // reaches a client that reads it. (The workers have stopped: lingering_ is ours now.)
+  const auto linger_until = std::chrono::steady_clock::now() + kShutdownLinger;
+  while (!lingering_.empty() && std::chrono::steady_clock::now() < linger_until) {
+    drain_remote();
+    sweep_lingering();
+    io_uring_cqe* cqe = nullptr;
+    __kernel_timespec ts{0, 10'000'000};
+    io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &ts, nullptr);
+    reap(UINT32_MAX);
+  }
   io_uring_sqe* e = sqe();
   io_uring_prep_cancel(e, nullptr, IORING_ASYNC_CANCEL_ANY);
   io_uring_sqe_set_data64(e, kCancelTag);
@@ -601,6 +794,8 @@ void UringDriver::cancel_everything() {
     }
   }
   drain_remote();
+  for (UringOp* op : lingering_) release(op);  // all completed: their descriptors are closed
+  lingering_.clear();
   if (io_uring_sq_ready(&ring_) != 0) io_uring_submit(&ring_);  // the closes it queued
 }
 

@@ -16,10 +16,21 @@
 // (any worker may poll any task). Its next operations go to the ring of the worker it
 // then runs on.
 //
-// Sends: a write is a send (IORING_OP_SEND) of a copy of its bytes owned by the operation;
-// the task waits for its completion. Like the receives' SQEs it reaches the kernel with
-// the next batch, so a response costs no syscall of its own; the copy (a response head
-// and body piece, memcpy) is cheaper than the sendmsg it replaces.
+// Sends: a write is a send (IORING_OP_SEND) of a copy of its bytes owned by the operation.
+// Like the receives' SQEs it reaches the kernel with the next batch, so a response costs no
+// syscall of its own; the copy (a response head and body piece, memcpy) is cheaper than
+// the sendmsg it replaces. Nobody waits for it ("background" send, Socket::send_op): the
+// write returns once it is queued, and the socket's next write, its flush, or its close
+// settles it. Waiting cost two task polls and a timer per proxied request (a send each
+// way); the copy already made the wait unnecessary for memory safety. A socket has at
+// most one background send, so its bytes cannot be reordered; a short completion (the
+// kernel may send part and stop, even with MSG_WAITALL) is resent from the copy by the
+// ring itself, so a completed background send has sent everything or failed. Closing a
+// socket whose send has not completed lingers (close_after_send): the ring closes the
+// descriptor once the send is done, or cancels it at the write's deadline.
+// A background send and a running receive of one socket are on the same ring (a stolen
+// task's write waits instead when its receive is another ring's, and its read polls when
+// its send is), so one ring orders the descriptor's close after both.
 //
 // Receives: a readable wait on a stream is a receive (IORING_OP_RECV with IOSQE_BUFFER_SELECT)
 // into one of the ring's provided buffers (a buffer ring of up to kReceiveBuffers x
@@ -69,6 +80,7 @@
 #include <sys/socket.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -103,6 +115,10 @@ struct UringOp {
   // A multishot accept: its queue of accepted descriptors follows the operation
   // (accept_queue(), under `lock`); `res` is its final result once `completed`.
   bool accepts = false;
+  // A background send (its state and bytes follow the operation); `abandoned` (under
+  // `lock`): cancelled, so a short completion is final instead of resent.
+  bool background = false;
+  bool abandoned = false;
   uint32_t extra = 0;  // bytes allocated after the operation (a send's copy of its data)
   int res = 0;
   int buffer = -1;
@@ -140,6 +156,17 @@ Accepted take_accepted(UringOp* op) noexcept;
 void stop_accepts(UringOp* op) noexcept;
 // The received bytes of a completed receive not taken yet.
 std::span<const char> received_bytes(const UringOp* op) noexcept;
+// A completed background send: every byte went out (no error), or why not.
+std::error_code background_send_result(const UringOp* op) noexcept;
+// Stops a background send (its write timed out, or the connection is being dropped):
+// cancels it if it has not completed and drops the caller's reference.
+void abandon_send(UringOp* op) noexcept;
+// Closes the socket of the background send `send` (not completed) once it has finished,
+// or cancels the send at its deadline and then closes; after a send that went out whole, `tail` (a TLS
+// close_notify) goes too if the socket takes it at once. `recv` (or null), the socket's
+// receive, on the same ring, is cancelled first. Takes the caller's references. Any
+// thread.
+void close_after_send(UringOp* send, UringOp* recv, std::string tail) noexcept;
 
 class UringDriver final : public exec::Driver {
  public:
@@ -179,6 +206,11 @@ class UringDriver final : public exec::Driver {
   UringOp* start_send(int fd, std::span<const std::string_view> bufs, std::size_t idx, std::size_t offset,
                       exec::Waker w, std::size_t tag);
   static constexpr std::size_t kMaxSend = 64 * 1024;
+  // Starts a background send on `fd` of every byte of `bufs` (at most kMaxSend), which
+  // nobody waits for (see above): a lingering close cancels it at `deadline`. Only from the
+  // ring's worker thread. Returns the operation, holding the caller's reference.
+  UringOp* start_background_send(int fd, std::span<const std::string_view> bufs,
+                                 std::chrono::steady_clock::time_point deadline);
   // Starts a connect of `fd` to `addr` (copied into the operation), waking `w` with `tag`
   // when the handshake is done (op->res: 0 or -errno). Only from the ring's worker thread.
   UringOp* start_connect(int fd, const sockaddr* addr, socklen_t len, exec::Waker w, std::size_t tag);
@@ -229,6 +261,8 @@ class UringDriver final : public exec::Driver {
   friend void release(UringOp* op) noexcept;
   friend std::span<const char> received_bytes(const UringOp* op) noexcept;
   friend void stop_accepts(UringOp* op) noexcept;
+  friend void abandon_send(UringOp* op) noexcept;
+  friend void close_after_send(UringOp* send, UringOp* recv, std::string tail) noexcept;
   UringDriver() = default;
 
   // An operation (with `extra` bytes after it) that wakes `w` with `tag`, counted in flight.
@@ -253,6 +287,16 @@ class UringDriver final : public exec::Driver {
   uint32_t reap(uint32_t max_events);
   void complete(UringOp* op, int res, uint32_t flags);
   void complete_accept(UringOp* op, int res, uint32_t flags);
+  // A background send's completion: resubmits what a short one (or EAGAIN) left, unless
+  // it was abandoned. True when it did (the operation is still in flight).
+  bool resend_rest(UringOp* op, int res);
+  // The ring's side of close_after_send (on its thread), and its remote queueing.
+  void linger(UringOp* send, UringOp* recv, std::string tail);
+  void queue_remote_linger(UringOp* send, UringOp* recv, std::string tail);
+  // A lingering send that has finished: its tail, then the descriptor's close.
+  void finish_lingering(UringOp* op);
+  // Drops the lingering sends that have finished, and cancels those past their deadline.
+  void sweep_lingering();
   // Cancels `op` from any thread (without dropping a reference).
   void cancel(UringOp* op);
   void cancel_everything();
@@ -280,8 +324,10 @@ class UringDriver final : public exec::Driver {
 
   std::mutex remote_mu_;
   struct RemoteCancel {
-    UringOp* op;  // holds a reference
+    UringOp* op;  // holds a reference (or null for a linger without a receive)
     int fd;       // closed after the cancel, or -1
+    UringOp* linger_send = nullptr;  // close_after_send: the send the close waits for (a reference)
+    std::string tail{};
   };
   std::vector<RemoteCancel> remote_cancels_;  // under remote_mu_
   std::vector<int> remote_recycles_;      // under remote_mu_: buffers freed on other threads
@@ -290,6 +336,9 @@ class UringDriver final : public exec::Driver {
   std::vector<RemoteCancel> draining_cancels_;
   std::vector<int> draining_recycles_;
   std::atomic<bool> has_remote_{false};
+  // Background sends whose socket was closed before they completed (each holds the
+  // socket's reference): the ring's thread only.
+  std::vector<UringOp*> lingering_;
   std::atomic<bool> shut_down_{false};  // read by threads queueing remote cancels
 };
 

@@ -21,7 +21,7 @@ exec::Task<void> pump(io::Stream& from, io::Stream& to, std::chrono::millisecond
     if (co_await to.write_all(std::string_view(buf.data(), r.n), io::Deadline::after(idle))) break;
     if (bytes != nullptr) *bytes += r.n;
   }
-  to.shutdown_write();
+  co_await to.shutdown_write(io::Deadline::after(idle));
 }
 
 }  // namespace

@@ -396,7 +396,7 @@ void refuse_over_limit(const Snapshot& snap, const config::ListenerSection* lcfg
   exec::spawn_detached(
       [s = std::move(s), bytes = render_local_reply(lr)]() mutable -> exec::Task<void> {
     co_await s.write_all(bytes, io::Deadline::after(1s));
-    s.shutdown_write();
+    co_await s.shutdown_write(io::Deadline::after(1s));
     s.close();
   },
       {exec::TaskKind::kConnection, "over max_connections"});

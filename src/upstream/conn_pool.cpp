@@ -71,7 +71,9 @@ std::optional<io::Stream> ConnPool::acquire(bool replayable) {
 
 void ConnPool::release(io::Stream s) {
   const std::optional<std::size_t> own = own_index();
-  if (!own || opts_.max_idle == 0 || !s.is_open()) {
+  // A request still being sent (the upstream answered early), or one that failed to go
+  // out, leaves the connection mid-message: never reused.
+  if (!own || opts_.max_idle == 0 || !s.is_open() || !s.tcp().writes_done()) {
     s.close();
     return;
   }

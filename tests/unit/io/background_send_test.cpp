@@ -1,0 +1,270 @@
+// Writes that do not wait for their send (io_uring: a write under 8 KiB returns once its
+// send is queued; the next write, flush() or close() settles it). On both drivers, the
+// same guarantees: a socket closed right after its writes delivers every byte, then EOF
+// (io_uring: the ring closes it when the send has finished, from a worker or from another
+// thread); a write to a peer that stopped reading, then a close, gives up at the write's
+// deadline and closes; a failed send is reported by the next write and by flush();
+// writes_done() says whether a connection may go back to a pool. A stress test (run under
+// ThreadSanitizer too) has tasks that move between workers write, read and close.
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "io/runtime.h"
+#include "io/tcp.h"
+#include "../../support/eventually.h"
+#include "../../support/io_drivers.h"
+#include "../../support/workers.h"
+
+namespace sg::io::background_send_test {
+namespace {
+
+using namespace std::chrono_literals;
+using sg::testing::ring_ops_in_flight;
+using sg::testing::uses_io_uring;
+using sg::testing::workers;
+
+class BackgroundSend : public ::testing::TestWithParam<IoDriverKind> {};
+INSTANTIATE_TEST_SUITE_P(Drivers, BackgroundSend, sg::testing::kDrivers, sg::testing::driver_test_name);
+
+std::string pattern(std::size_t n, int seed) {
+  std::string s(n, '\0');
+  for (std::size_t i = 0; i < n; ++i) s[i] = static_cast<char>('a' + (i * 7 + static_cast<std::size_t>(seed)) % 26);
+  return s;
+}
+
+// A stream and the test thread's end of it (a non-blocking socketpair).
+struct Pair {
+  int peer = -1;
+  TcpStream stream;
+};
+
+Pair make_pair(Runtime& rt) {
+  int sv[2];
+  EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+  auto s = Socket::adopt(rt.context(), sv[0]);
+  EXPECT_TRUE(s.ok());
+  return Pair{sv[1], TcpStream(std::move(*s))};
+}
+
+// Everything the peer gets until EOF; `eof` says whether EOF came within `limit`.
+std::string read_to_eof(int fd, std::chrono::milliseconds limit, bool& eof) {
+  std::string got;
+  eof = false;
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < until) {
+    char buf[65536];
+    const ssize_t k = ::recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+    if (k > 0) {
+      got.append(buf, static_cast<std::size_t>(k));
+    } else if (k == 0) {
+      eof = true;
+      break;
+    } else {
+      std::this_thread::sleep_for(200us);
+    }
+  }
+  return got;
+}
+
+// Small writes (sends in the background on io_uring) of all of `data`.
+exec::Task<std::string> write_in_pieces(TcpStream& s, const std::string& data, std::size_t piece, Deadline dl) {
+  for (std::size_t off = 0; off < data.size(); off += piece) {
+    if (std::error_code ec = co_await s.write_all(std::string_view(data).substr(off, piece), dl)) co_return ec.message();
+  }
+  co_return "ok";
+}
+
+TEST_P(BackgroundSend, ACloseRightAfterTheWritesDeliversEveryByteThenEof) {
+  SG_DRIVER_RUNTIME(rt, workers(2));
+  Pair p = make_pair(rt);
+  // 3 MB to a peer that starts reading 100 ms later: the last send is still running (the
+  // socket's buffer is full) when the task closes the socket.
+  const std::string all = pattern(3'000'000, 1);
+  auto h = rt.spawn([&]() -> exec::Task<std::string> {
+    std::string r = co_await write_in_pieces(p.stream, all, 6000, Deadline::after(20s));
+    p.stream.close();
+    co_return r;
+  });
+  std::this_thread::sleep_for(100ms);
+  bool eof = false;
+  const std::string got = read_to_eof(p.peer, 20s, eof);
+  EXPECT_EQ(h.wait(), "ok");
+  EXPECT_TRUE(eof) << "the socket was never closed";
+  ASSERT_EQ(got.size(), all.size());
+  EXPECT_TRUE(got == all) << "the bytes arrived out of order or changed";
+  EXPECT_TRUE(sg::testing::eventually([&] { return ring_ops_in_flight(rt) == 0; }));
+  ::close(p.peer);
+}
+
+TEST_P(BackgroundSend, ACloseOffTheWorkersWaitsForTheSendToo) {
+  SG_DRIVER_RUNTIME(rt, workers(2));
+  Pair p = make_pair(rt);
+  const std::string all = pattern(2'000'000, 2);
+  // A slow reader, so that the last send is most likely still running when the test
+  // thread closes the socket (io_uring: the close goes to the send's ring).
+  std::string got;
+  bool eof = false;
+  std::atomic<bool> go_on{true};
+  std::thread reader([&] {
+    while (go_on && got.size() < all.size()) {
+      char buf[8192];
+      const ssize_t k = ::recv(p.peer, buf, sizeof(buf), MSG_DONTWAIT);
+      if (k > 0) got.append(buf, static_cast<std::size_t>(k));
+      std::this_thread::sleep_for(200us);
+    }
+  });
+  auto h = rt.spawn([&]() -> exec::Task<std::string> { co_return co_await write_in_pieces(p.stream, all, 7000, Deadline::after(20s)); });
+  EXPECT_EQ(h.wait(), "ok");
+  p.stream.close();
+  go_on = false;
+  reader.join();
+  got += read_to_eof(p.peer, 20s, eof);
+  EXPECT_TRUE(eof) << "the socket was never closed";
+  ASSERT_EQ(got.size(), all.size());
+  EXPECT_TRUE(got == all) << "the bytes arrived out of order or changed";
+  EXPECT_TRUE(sg::testing::eventually([&] { return ring_ops_in_flight(rt) == 0; }));
+  ::close(p.peer);
+}
+
+TEST_P(BackgroundSend, AClosedSocketWhosePeerNeverReadsClosesAtTheWritesDeadline) {
+  SG_DRIVER_RUNTIME(rt, workers(2));
+  Pair p = make_pair(rt);
+  const std::string big = pattern(1'000'000, 3);
+  auto h = rt.spawn([&]() -> exec::Task<std::string> {
+    // Fill the socket's buffer (a big write that times out), then a small write (on
+    // io_uring a send that cannot go out) and the close; the peer reads nothing.
+    if (co_await p.stream.write_all(big, Deadline::after(100ms)) != std::errc::timed_out) co_return "the buffer never filled";
+    std::error_code ec = co_await p.stream.write_all("last", Deadline::after(400ms));
+    if (uses_io_uring(rt) && ec) co_return "the small write waited: " + ec.message();
+    p.stream.close();
+    co_return "ok";
+  });
+  EXPECT_EQ(h.wait(), "ok");
+  const auto t0 = std::chrono::steady_clock::now();
+  // The descriptor closes (the peer's poll sees the hang-up) without the peer reading a
+  // byte: at the write's deadline the lingering send is given up.
+  auto hung_up = [&] {
+    pollfd pfd{p.peer, POLLRDHUP, 0};
+    return ::poll(&pfd, 1, 0) == 1 && (pfd.revents & (POLLRDHUP | POLLHUP)) != 0;
+  };
+  EXPECT_TRUE(sg::testing::eventually(hung_up, 5s));
+  const auto took = std::chrono::steady_clock::now() - t0;
+  if (uses_io_uring(rt)) {
+    EXPECT_GE(took, 250ms) << "closed before the send's deadline";
+  }
+  EXPECT_LT(took, 3s);
+  EXPECT_TRUE(sg::testing::eventually([&] { return ring_ops_in_flight(rt) == 0; }));
+  ::close(p.peer);
+}
+
+TEST_P(BackgroundSend, AFailedSendIsReportedByTheNextWriteAndByFlush) {
+  SG_DRIVER_RUNTIME(rt, workers(2));
+  Pair p = make_pair(rt);
+  ::close(p.peer);  // every send now fails (EPIPE)
+  auto h = rt.spawn([&]() -> exec::Task<std::string> {
+    std::error_code first = co_await p.stream.write_all("one", Deadline::after(2s));
+    std::error_code second = co_await p.stream.write_all("two", Deadline::after(2s));
+    std::error_code flushed = co_await p.stream.flush(Deadline::after(2s));
+    // epoll: the first write fails itself; io_uring: its send fails, which the second
+    // reports. Either way no write after a failure succeeds.
+    if (!first && !second) co_return "two writes to a closed peer succeeded";
+    if (uses_io_uring(rt) && first) co_return "the first write waited for its send";
+    if (!uses_io_uring(rt) && flushed) co_return "flush without a send in flight failed";
+    co_return "ok";
+  });
+  EXPECT_EQ(h.wait(), "ok");
+  EXPECT_TRUE(sg::testing::eventually([&] { return ring_ops_in_flight(rt) == 0; }));
+}
+
+TEST_P(BackgroundSend, WritesDoneOnlyOnceTheLastWriteHasGoneOutWhole) {
+  SG_DRIVER_RUNTIME(rt, workers(2));
+  Pair p = make_pair(rt);
+  auto h = rt.spawn([&]() -> exec::Task<std::string> {
+    if (!p.stream.writes_done()) co_return "no write yet, but not done";
+    if (co_await p.stream.write_all("hello", Deadline::after(2s))) co_return "the write failed";
+    if (co_await p.stream.flush(Deadline::after(2s))) co_return "the flush failed";
+    if (!p.stream.writes_done()) co_return "flushed, but not done";
+    co_return "ok";
+  });
+  EXPECT_EQ(h.wait(), "ok");
+  bool eof = false;
+  EXPECT_EQ(read_to_eof(p.peer, 200ms, eof), "hello");
+  ::close(p.peer);
+}
+
+// Many connections, each a task that writes a numbered message, waits for the peer's
+// answer, and closes after the last: reads and writes of tasks that move between workers
+// (a send started on one ring, the next read on another), closes right after a write.
+TEST_P(BackgroundSend, TasksMovingBetweenWorkersWriteReadAndCloseInOrder) {
+  SG_DRIVER_RUNTIME(rt, workers(4));
+  constexpr int kConns = 24;
+  constexpr int kRounds = 60;
+  std::vector<Pair> pairs;
+  for (int i = 0; i < kConns; ++i) pairs.push_back(make_pair(rt));
+  std::vector<exec::JoinHandle<std::string>> tasks;
+  for (int c = 0; c < kConns; ++c) {
+    tasks.push_back(rt.spawn([&, c]() -> exec::Task<std::string> {
+      TcpStream& s = pairs[static_cast<std::size_t>(c)].stream;
+      for (int i = 0; i < kRounds; ++i) {
+        const std::string msg = "m" + std::to_string(i) + pattern(static_cast<std::size_t>(50 + (c * 31 + i * 17) % 3000), i) + "\n";
+        if (auto ec = co_await s.write_all(msg, Deadline::after(10s))) co_return "write: " + ec.message();
+        co_await exec::yield_now();  // a chance to be stolen between the send and the read
+        char buf[16];
+        IoResult r = co_await s.read_some(buf, Deadline::after(10s));
+        if (r.ec || r.n != 1 || buf[0] != 'k') co_return "no answer to message " + std::to_string(i);
+      }
+      s.close();
+      co_return "ok";
+    }));
+  }
+  // The peers: read each message whole, check it, answer "k"; at the end expect EOF.
+  std::vector<std::string> pending(kConns);
+  std::vector<int> rounds(kConns, 0);
+  std::vector<bool> eof(kConns, false);
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  int done = 0;
+  std::string failure;
+  while (done < kConns && std::chrono::steady_clock::now() < until && failure.empty()) {
+    std::vector<pollfd> fds;
+    for (int c = 0; c < kConns; ++c) fds.push_back({pairs[static_cast<std::size_t>(c)].peer, POLLIN, 0});
+    ::poll(fds.data(), fds.size(), 10);
+    for (int c = 0; c < kConns && failure.empty(); ++c) {
+      if (eof[static_cast<std::size_t>(c)]) continue;
+      char buf[8192];
+      const ssize_t k = ::recv(pairs[static_cast<std::size_t>(c)].peer, buf, sizeof(buf), MSG_DONTWAIT);
+      if (k == 0) {
+        eof[static_cast<std::size_t>(c)] = true;
+        ++done;
+        if (rounds[static_cast<std::size_t>(c)] != kRounds) failure = "EOF before the last message";
+        continue;
+      }
+      if (k < 0) continue;
+      std::string& buffered = pending[static_cast<std::size_t>(c)];
+      buffered.append(buf, static_cast<std::size_t>(k));
+      std::size_t nl;
+      while ((nl = buffered.find('\n')) != std::string::npos) {
+        const int i = rounds[static_cast<std::size_t>(c)]++;
+        const std::string want = "m" + std::to_string(i) + pattern(static_cast<std::size_t>(50 + (c * 31 + i * 17) % 3000), i);
+        if (buffered.compare(0, nl, want) != 0) failure = "message " + std::to_string(i) + " changed or out of order";
+        buffered.erase(0, nl + 1);
+        (void)::send(pairs[static_cast<std::size_t>(c)].peer, "k", 1, MSG_NOSIGNAL);
+      }
+    }
+  }
+  EXPECT_EQ(failure, "");
+  EXPECT_EQ(done, kConns) << "not every connection reached EOF";
+  for (auto& t : tasks) EXPECT_EQ(t.wait(), "ok");
+  EXPECT_TRUE(sg::testing::eventually([&] { return ring_ops_in_flight(rt) == 0; }));
+  for (Pair& p : pairs) ::close(p.peer);
+}
+
+}  // namespace
+}  // namespace sg::io::background_send_test
