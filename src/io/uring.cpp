@@ -69,8 +69,6 @@ constexpr auto kMaxLinger = std::chrono::seconds(60);
 constexpr uint32_t kMaxEagainResends = 8;
 // While sends linger, a park wakes at least this often to cancel those past their deadline.
 constexpr std::chrono::milliseconds kLingerCheck{250};
-// How long a stopping ring lets lingering sends finish before it cancels them.
-constexpr std::chrono::seconds kShutdownLinger{1};
 
 int64_t steady_ns(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();

@@ -21,13 +21,15 @@
 // syscall of its own; the copy (a response head and body piece, memcpy) is cheaper than
 // the sendmsg it replaces. Nobody waits for it ("background" send, Socket::send_op): the
 // write returns once it is queued, and the socket's next write, its flush, or its close
-// settles it. Waiting cost two task polls and a timer per proxied request (a send each
-// way); the copy already made the wait unnecessary for memory safety. A socket has at
+// settles it. Waiting cost two of the four task polls of a proxied keep-alive GET (a send
+// each way), each with a timer armed and cancelled; the copy already made the wait
+// unnecessary for memory safety. A socket has at
 // most one background send, so its bytes cannot be reordered; a short completion (the
 // kernel may send part and stop, even with MSG_WAITALL) is resent from the copy by the
 // ring itself, so a completed background send has sent everything or failed. Closing a
 // socket whose send has not completed lingers (close_after_send): the ring closes the
-// descriptor once the send is done, or cancels it at the write's deadline.
+// descriptor once the send is done, or cancels it at the write's deadline; a stopping
+// ring gives lingering sends up to kShutdownLinger before it cancels everything.
 // A background send and a running receive of one socket are on the same ring (a stolen
 // task's write waits instead when its receive is another ring's, and its read polls when
 // its send is), so one ring orders the descriptor's close after both.
@@ -243,6 +245,8 @@ class UringDriver final : public exec::Driver {
   // 55-60 us at 4 KiB (the epoll driver: 55-59 us); GET 64 KiB 89-92 against 85-86 us;
   // small GETs unchanged (alternating runs, tests/bench/proxy-bench.yaml's 18004).
   static constexpr unsigned kReceiveBufferSize = 4 * 1024;
+  // How long a stopping ring lets lingering sends finish before it cancels them.
+  static constexpr std::chrono::seconds kShutdownLinger{1};
 
   // Operations started and not yet completed, and cancels: sent by this ring's worker, and
   // queued to it by other threads (for tests and metrics).
