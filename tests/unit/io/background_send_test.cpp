@@ -21,38 +21,22 @@
 #include "io/tcp.h"
 #include "../../support/eventually.h"
 #include "../../support/io_drivers.h"
+#include "../../support/stream_pair.h"
 #include "../../support/workers.h"
 
 namespace sg::io::background_send_test {
 namespace {
 
 using namespace std::chrono_literals;
+using sg::testing::pattern;
 using sg::testing::ring_ops_in_flight;
+using sg::testing::stream_pair;
+using sg::testing::StreamPair;
 using sg::testing::uses_io_uring;
 using sg::testing::workers;
 
 class BackgroundSend : public ::testing::TestWithParam<IoDriverKind> {};
 INSTANTIATE_TEST_SUITE_P(Drivers, BackgroundSend, sg::testing::kDrivers, sg::testing::driver_test_name);
-
-std::string pattern(std::size_t n, int seed) {
-  std::string s(n, '\0');
-  for (std::size_t i = 0; i < n; ++i) s[i] = static_cast<char>('a' + (i * 7 + static_cast<std::size_t>(seed)) % 26);
-  return s;
-}
-
-// A stream and the test thread's end of it (a non-blocking socketpair).
-struct Pair {
-  int peer = -1;
-  TcpStream stream;
-};
-
-Pair make_pair(Runtime& rt) {
-  int sv[2];
-  EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
-  auto s = Socket::adopt(rt.context(), sv[0]);
-  EXPECT_TRUE(s.ok());
-  return Pair{sv[1], TcpStream(std::move(*s))};
-}
 
 // Everything the peer gets until EOF; `eof` says whether EOF came within `limit`.
 std::string read_to_eof(int fd, std::chrono::milliseconds limit, bool& eof) {
@@ -84,7 +68,7 @@ exec::Task<std::string> write_in_pieces(TcpStream& s, const std::string& data, s
 
 TEST_P(BackgroundSend, ACloseRightAfterTheWritesDeliversEveryByteThenEof) {
   SG_DRIVER_RUNTIME(rt, workers(2));
-  Pair p = make_pair(rt);
+  StreamPair p = stream_pair(rt);
   // 3 MB to a peer that starts reading 100 ms later: the last send is still running (the
   // socket's buffer is full) when the task closes the socket.
   const std::string all = pattern(3'000'000, 1);
@@ -106,7 +90,7 @@ TEST_P(BackgroundSend, ACloseRightAfterTheWritesDeliversEveryByteThenEof) {
 
 TEST_P(BackgroundSend, ACloseOffTheWorkersWaitsForTheSendToo) {
   SG_DRIVER_RUNTIME(rt, workers(2));
-  Pair p = make_pair(rt);
+  StreamPair p = stream_pair(rt);
   const std::string all = pattern(2'000'000, 2);
   // A slow reader, so that the last send is most likely still running when the test
   // thread closes the socket (io_uring: the close goes to the send's ring).
@@ -136,7 +120,7 @@ TEST_P(BackgroundSend, ACloseOffTheWorkersWaitsForTheSendToo) {
 
 TEST_P(BackgroundSend, AClosedSocketWhosePeerNeverReadsClosesAtTheWritesDeadline) {
   SG_DRIVER_RUNTIME(rt, workers(2));
-  Pair p = make_pair(rt);
+  StreamPair p = stream_pair(rt);
   const std::string big = pattern(1'000'000, 3);
   auto h = rt.spawn([&]() -> exec::Task<std::string> {
     // Fill the socket's buffer (a big write that times out), then a small write (on
@@ -167,7 +151,7 @@ TEST_P(BackgroundSend, AClosedSocketWhosePeerNeverReadsClosesAtTheWritesDeadline
 
 TEST_P(BackgroundSend, AFailedSendIsReportedByTheNextWriteAndByFlush) {
   SG_DRIVER_RUNTIME(rt, workers(2));
-  Pair p = make_pair(rt);
+  StreamPair p = stream_pair(rt);
   ::close(p.peer);  // every send now fails (EPIPE)
   auto h = rt.spawn([&]() -> exec::Task<std::string> {
     std::error_code first = co_await p.stream.write_all("one", Deadline::after(2s));
@@ -186,7 +170,7 @@ TEST_P(BackgroundSend, AFailedSendIsReportedByTheNextWriteAndByFlush) {
 
 TEST_P(BackgroundSend, WritesDoneOnlyOnceTheLastWriteHasGoneOutWhole) {
   SG_DRIVER_RUNTIME(rt, workers(2));
-  Pair p = make_pair(rt);
+  StreamPair p = stream_pair(rt);
   auto h = rt.spawn([&]() -> exec::Task<std::string> {
     if (!p.stream.writes_done()) co_return "no write yet, but not done";
     if (co_await p.stream.write_all("hello", Deadline::after(2s))) co_return "the write failed";
@@ -207,8 +191,8 @@ TEST_P(BackgroundSend, TasksMovingBetweenWorkersWriteReadAndCloseInOrder) {
   SG_DRIVER_RUNTIME(rt, workers(4));
   constexpr int kConns = 24;
   constexpr int kRounds = 60;
-  std::vector<Pair> pairs;
-  for (int i = 0; i < kConns; ++i) pairs.push_back(make_pair(rt));
+  std::vector<StreamPair> pairs;
+  for (int i = 0; i < kConns; ++i) pairs.push_back(stream_pair(rt));
   std::vector<exec::JoinHandle<std::string>> tasks;
   for (int c = 0; c < kConns; ++c) {
     tasks.push_back(rt.spawn([&, c]() -> exec::Task<std::string> {
@@ -263,7 +247,7 @@ TEST_P(BackgroundSend, TasksMovingBetweenWorkersWriteReadAndCloseInOrder) {
   EXPECT_EQ(done, kConns) << "not every connection reached EOF";
   for (auto& t : tasks) EXPECT_EQ(t.wait(), "ok");
   EXPECT_TRUE(sg::testing::eventually([&] { return ring_ops_in_flight(rt) == 0; }));
-  for (Pair& p : pairs) ::close(p.peer);
+  for (StreamPair& p : pairs) ::close(p.peer);
 }
 
 }  // namespace

@@ -18,36 +18,19 @@
 #include "io/tcp.h"
 #include "../../support/eventually.h"
 #include "../../support/io_drivers.h"
+#include "../../support/stream_pair.h"
 #include "../../support/workers.h"
 
 namespace sg::io {
 namespace {
 
 using namespace std::chrono_literals;
+using sg::testing::pattern;
 using sg::testing::ring_ops_in_flight;
 using sg::testing::workers;
 
 class Send : public ::testing::TestWithParam<IoDriverKind> {};
 INSTANTIATE_TEST_SUITE_P(Drivers, Send, sg::testing::kDrivers, sg::testing::driver_test_name);
-
-std::string pattern(std::size_t n, int seed) {
-  std::string s(n, '\0');
-  for (std::size_t i = 0; i < n; ++i) s[i] = static_cast<char>('A' + (i * 13 + static_cast<std::size_t>(seed)) % 57);
-  return s;
-}
-
-struct SendPair {
-  int peer = -1;
-  TcpStream stream;
-};
-
-SendPair make_send_pair(Runtime& rt) {
-  int sv[2];
-  EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
-  auto s = Socket::adopt(rt.context(), sv[0]);
-  EXPECT_TRUE(s.ok());
-  return SendPair{sv[1], TcpStream(std::move(*s))};
-}
 
 // Reads from the (non-blocking) peer until `n` bytes or `limit`.
 std::string read_peer(int fd, std::size_t n, std::chrono::milliseconds limit) {
@@ -65,7 +48,7 @@ std::string read_peer(int fd, std::size_t n, std::chrono::milliseconds limit) {
 
 TEST_P(Send, AWriteFarBiggerThanTheSocketBufferArrivesWholeAndInOrder) {
   SG_DRIVER_RUNTIME(rt, workers(2));
-  SendPair p = make_send_pair(rt);
+  sg::testing::StreamPair p = sg::testing::stream_pair(rt);
   // Three pieces, 1.2 MiB: many sends, most of them short (the socket buffer is ~200 KiB).
   const std::string a = pattern(700'000, 1), b = pattern(5, 2), c = pattern(500'000, 3);
   auto h = rt.spawn([&]() -> exec::Task<std::string> {
@@ -83,7 +66,7 @@ TEST_P(Send, AWriteFarBiggerThanTheSocketBufferArrivesWholeAndInOrder) {
 
 TEST_P(Send, AGatheredWriteOfManyPiecesSomeEmptyArrivesWholeAndInOrder) {
   SG_DRIVER_RUNTIME(rt, workers(2));
-  SendPair p = make_send_pair(rt);
+  sg::testing::StreamPair p = sg::testing::stream_pair(rt);
   // 300 pieces (more than one sendmsg takes: 64 buffers), every third one empty, and big
   // enough in total (~1.5 MiB) for short writes that end inside a piece.
   std::vector<std::string> pieces;
@@ -106,7 +89,7 @@ TEST_P(Send, AGatheredWriteOfManyPiecesSomeEmptyArrivesWholeAndInOrder) {
 
 TEST_P(Send, ThousandsOfSmallWritesArriveWholeAndInOrder) {
   SG_DRIVER_RUNTIME(rt, workers(2));
-  SendPair p = make_send_pair(rt);
+  sg::testing::StreamPair p = sg::testing::stream_pair(rt);
   const std::string all = pattern(6'000'000, 6);
   auto h = rt.spawn([&]() -> exec::Task<std::string> {
     // 1 B .. 8 KiB, as a head and a piece of body: sends on the ring, many of them waiting
@@ -132,7 +115,7 @@ TEST_P(Send, ThousandsOfSmallWritesArriveWholeAndInOrder) {
 
 TEST_P(Send, SmallWritesToAPeerThatStopsReadingTimeOutAndLeaveNoOperation) {
   SG_DRIVER_RUNTIME(rt, workers(2));
-  SendPair p = make_send_pair(rt);
+  sg::testing::StreamPair p = sg::testing::stream_pair(rt);
   const std::string piece = pattern(4000, 7);
   auto h = rt.spawn([&]() -> exec::Task<std::string> {
     auto t0 = Clock::now();
@@ -152,7 +135,7 @@ TEST_P(Send, SmallWritesToAPeerThatStopsReadingTimeOutAndLeaveNoOperation) {
 
 TEST_P(Send, AWriteToAPeerThatStopsReadingTimesOutAndLeavesNoOperation) {
   SG_DRIVER_RUNTIME(rt, workers(2));
-  SendPair p = make_send_pair(rt);
+  sg::testing::StreamPair p = sg::testing::stream_pair(rt);
   const std::string big = pattern(4'000'000, 4);
   auto h = rt.spawn([&]() -> exec::Task<std::string> {
     auto t0 = Clock::now();
@@ -168,7 +151,7 @@ TEST_P(Send, AWriteToAPeerThatStopsReadingTimesOutAndLeavesNoOperation) {
 
 TEST_P(Send, ATaskDroppedInTheMiddleOfAWriteLeavesOnlyItsBytesToSend) {
   SG_DRIVER_RUNTIME(rt, workers(2));
-  SendPair p = make_send_pair(rt);
+  sg::testing::StreamPair p = sg::testing::stream_pair(rt);
   std::atomic<bool> writing{false};
   auto h = rt.spawn([&]() -> exec::Task<void> {
     // The data lives in this frame, which is freed when the task is dropped below; small
@@ -197,7 +180,7 @@ TEST_P(Send, ATaskDroppedInTheMiddleOfAWriteLeavesOnlyItsBytesToSend) {
 TEST_P(Send, ACloseOnAWorkerReachesThePeerAfterTheLastWrite) {
   // io_uring: the close is a submission of the worker's ring, after the send before it.
   SG_DRIVER_RUNTIME(rt, workers(2));
-  SendPair p = make_send_pair(rt);
+  sg::testing::StreamPair p = sg::testing::stream_pair(rt);
   auto h = rt.spawn([&]() -> exec::Task<bool> {
     auto ec = co_await p.stream.write_all("bye");
     p.stream.close();

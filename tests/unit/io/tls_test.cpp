@@ -14,6 +14,7 @@
 #include "io/runtime.h"
 #include "io/stream.h"
 #include "../../support/io_drivers.h"
+#include "../../support/stream_pair.h"
 #include "../../support/tls_peer.h"
 #include "../../support/workers.h"
 
@@ -21,17 +22,12 @@ namespace sg::io {
 namespace {
 
 using namespace std::chrono_literals;
+using sg::testing::pattern;
 using sg::testing::TestTls;
 using sg::testing::TlsClient;
 
 class Tls : public ::testing::TestWithParam<IoDriverKind> {};
 INSTANTIATE_TEST_SUITE_P(Drivers, Tls, sg::testing::kDrivers, sg::testing::driver_test_name);
-
-std::string tls_pattern(std::size_t n, int seed) {
-  std::string s(n, '\0');
-  for (std::size_t i = 0; i < n; ++i) s[i] = static_cast<char>('a' + (i * 7 + static_cast<std::size_t>(seed)) % 26);
-  return s;
-}
 
 // A stream on one end of a socket pair (non-blocking, for the runtime) and the other end's
 // descriptor (blocking, for a client thread).
@@ -54,7 +50,7 @@ TEST_P(Tls, BytesOfEverySizeCrossBothWays) {
   SG_DRIVER_RUNTIME(rt, sg::testing::workers(2));
   TestTls tls;
   TlsPair p = make_tls_pair(rt);
-  const std::string up = tls_pattern(300'000, 1);
+  const std::string up = pattern(300'000, 1);
   std::string echoed;
   std::thread client([&] {
     TlsClient c(tls.client(), p.peer);
@@ -98,7 +94,7 @@ TEST_P(Tls, BuffersOfARequestInProgressAreGivenBackWhenIdle) {
     if (!c.handshake()) return;
     for (int round = 0; round < 2; ++round) {
       if (!c.write("ping")) return;
-      if (c.read(3000) != tls_pattern(3000, round)) return;
+      if (c.read(3000) != pattern(3000, round)) return;
     }
     c.close_notify();
   });
@@ -109,7 +105,7 @@ TEST_P(Tls, BuffersOfARequestInProgressAreGivenBackWhenIdle) {
       char small[16];  // below the size TLS reads ciphertext into: the read goes through the scratch
       IoResult r = co_await p.stream.read_some(small, Deadline::after(10s));
       if (r.ec || std::string_view(small, r.n) != "ping") co_return "read failed";
-      const std::string body = tls_pattern(3000, round);
+      const std::string body = pattern(3000, round);
       const std::string_view pieces[] = {std::string_view(body).substr(0, 100), std::string_view(body).substr(100)};
       if (auto ec = co_await p.stream.write_all(pieces, Deadline::after(10s))) co_return "write: " + ec.message();
       log += std::to_string(p.stream.tls()->idle_releasable_bytes() > 0) + " ";
@@ -163,7 +159,7 @@ TEST_P(Tls, PlaintextAlreadyDecryptedMakesTheStreamReadableAtOnce) {
   std::thread client([&] {
     TlsClient c(tls.client(), p.peer);
     if (!c.handshake()) return;
-    c.write(tls_pattern(5000, 3));  // one record
+    c.write(pattern(5000, 3));  // one record
     c.read(1);                  // wait for the test to finish
   });
   auto h = rt.spawn([&]() -> exec::Task<std::string> {
