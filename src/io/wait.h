@@ -187,9 +187,11 @@ class ReadableWait {
 };
 
 // Waits until `a` or `b` (when given) is readable, or the deadline passes. Yields 0 or 1
-// for which socket became ready, or an error (errc::timed_out at the deadline). `a`'s wait
-// is its receive (ReceiveWait: on io_uring the bytes are then in the socket, for the read
-// that follows); `b`'s only looks (a poll), so nothing of `b` is consumed.
+// for which socket became ready, or an error (errc::timed_out at the deadline). Each wait
+// is its socket's receive (ReceiveWait: on io_uring the bytes are then in the socket, for
+// the read that follows, and nothing is lost). Watching `b` (a client while its request's
+// upstream answers) therefore starts the receive that b's next read waits on anyway: a
+// poll instead cost a submission, its cancel and two completions per proxied request.
 struct EitherReadable {
   int which = -1;
   std::error_code ec;
@@ -201,19 +203,19 @@ struct EitherAwaiter {
   Deadline deadline;
   bool ready_now = false;  // `a` is readable already (plaintext held by TLS): no wait
   ReadableWait wait_a{};    // with the deadline
-  ReadyWait wait_b{};
+  ReceiveWait wait_b{};
 
   bool await_ready() const noexcept { return ready_now; }
   void await_suspend(std::coroutine_handle<> h) {
     exec::Waker w = exec::arm_wait(h);
-    if (b != nullptr) wait_b.start(*b, Interest::kRead, w.clone(), kTagReady + 2);
+    if (b != nullptr) wait_b.start(*b, w.clone(), kTagReady + 2);
     wait_a.start(a, deadline, std::move(w));
   }
   EitherReadable await_resume() {
     if (ready_now) return {0, {}};
     const exec::WaitResult r = exec::last_wait_result();
     wait_a.stop();
-    wait_b.cancel();
+    wait_b.stop();
     if (r.value == kTagTimer) {
       return {-1, r.code == 0 ? std::make_error_code(std::errc::timed_out) : r.ec()};
     }
