@@ -105,15 +105,7 @@ void Socket::linger_close(UringOp* send, std::string_view tail) {
     release(recv);  // (its submission is long done: it names fd no more)
     recv = nullptr;
   }
-  if (recv == nullptr || recv->ring == send->ring) {
-    close_after_send(send, recv, std::string(tail));
-  } else {
-    // Two rings could not order the close after both; the writes and reads keep the
-    // running send and receive of a socket on one ring (io/uring.h), so this is a safety
-    // net: the send is given up, the receive's ring closes.
-    abandon_send(send);
-    cancel_and_close(recv, fd_);
-  }
+  close_after_send(send, recv, std::string(tail));
   fd_ = -1;
 }
 

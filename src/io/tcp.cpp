@@ -179,12 +179,11 @@ std::optional<IoResult> TcpStream::take_received(std::span<char> buf) {
 
 exec::Task<IoResult> TcpStream::read_some(std::span<char> buf, Deadline dl) {
   if (uses_receives(sock_)) {
-    for (bool waited = false;; waited = true) {
+    for (;;) {
       std::optional<IoResult> got = take_received(buf);
-      if (!got && sock_.receive_op() == nullptr && (waited || sock_.streaming())) {
+      if (!got && sock_.streaming() && sock_.receive_op() == nullptr) {
         // A body streams: what follows is most likely there already, and one recv costs
-        // less than a receive's round trip through the ring (two task polls). (Or the
-        // wait was a poll, not a receive: ReceiveWait::start.)
+        // less than a receive's round trip through the ring (two task polls).
         got = recv_now(sock_.native_handle(), buf);
         sock_.streaming() = got && !got->ec && got->n == buf.size();
       }
@@ -218,14 +217,8 @@ exec::Task<std::error_code> TcpStream::write_all(std::span<const std::string_vie
   const int fd = sock_.native_handle();
   UringDriver* ring = sock_.reactor_handle() == nullptr && fd >= 0 ? current_ring() : nullptr;
   if (ring != nullptr && total_bytes(bufs) < kDirectSend) {
-    // In the background, unless the socket's receive runs on another ring (a stolen
-    // task): one ring must see both to order the close after them (io/uring.h).
-    const UringOp* recv = sock_.receive_op();
-    if (recv == nullptr || recv->ring == ring || recv->completed.load(std::memory_order_acquire)) {
-      sock_.send_op() = ring->start_background_send(fd, bufs, dl.at);
-      co_return std::error_code{};
-    }
-    co_return co_await send_all(bufs, dl);
+    sock_.send_op() = ring->start_background_send(fd, bufs, dl.at);  // (io/uring.h)
+    co_return std::error_code{};
   }
   SendCursor c{bufs};
   while (!c.done()) {
@@ -238,23 +231,6 @@ exec::Task<std::error_code> TcpStream::write_all(std::span<const std::string_vie
       continue;
     }
     c.advance(static_cast<std::size_t>(n));
-    co_await SpendBudget{};
-  }
-  co_return std::error_code{};
-}
-
-exec::Task<std::error_code> TcpStream::send_all(std::span<const std::string_view> bufs, Deadline dl) {
-  SendCursor c{bufs};
-  while (!c.done()) {
-    // A task stolen since the last send goes on with the ring of the worker it is on.
-    UringDriver* ring = current_ring();
-    if (ring == nullptr) co_return std::make_error_code(std::errc::operation_not_supported);
-    auto send = [fd = sock_.native_handle(), c](UringDriver& d, exec::Waker w, std::size_t tag) {
-      return d.start_send(fd, c.bufs, c.idx, c.offset, std::move(w), tag);
-    };
-    IoResult r = co_await RingAwaiter(*ring, send, dl);
-    if (r.ec) co_return r.ec;
-    c.advance(r.n);  // a short send (the socket's buffer filled): the rest goes in the next one
     co_await SpendBudget{};
   }
   co_return std::error_code{};

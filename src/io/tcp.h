@@ -93,8 +93,6 @@ class TcpStream {
   // io_uring: copies what the socket's completed receive holds (an error or EOF too);
   // nullopt when there is none, or it is still running.
   std::optional<IoResult> take_received(std::span<char> buf);
-  // io_uring: write_all as sends on the ring that it waits for (io/uring.h).
-  exec::Task<std::error_code> send_all(std::span<const std::string_view> bufs, Deadline dl);
   Socket sock_;
 };
 

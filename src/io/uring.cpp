@@ -293,25 +293,6 @@ UringOp* UringDriver::start_receive(int fd, exec::Waker w, std::size_t tag) {
   return op;
 }
 
-UringOp* UringDriver::start_send(int fd, std::span<const std::string_view> bufs, std::size_t idx, std::size_t offset,
-                                 exec::Waker w, std::size_t tag) {
-  std::size_t n = 0;
-  for (std::size_t i = idx; i < bufs.size() && n < kMaxSend; ++i) n += bufs[i].size() - (i == idx ? offset : 0);
-  n = std::min(n, kMaxSend);
-  UringOp* op = new_waited_op(n, std::move(w), tag);
-  char* data = reinterpret_cast<char*>(op + 1);
-  for (std::size_t i = idx, at = 0; at < n; ++i) {
-    std::string_view b = bufs[i].substr(i == idx ? offset : 0);
-    const std::size_t k = std::min(b.size(), n - at);
-    std::memcpy(data + at, b.data(), k);
-    at += k;
-  }
-  io_uring_sqe* e = sqe();
-  io_uring_prep_send(e, fd, data, n, MSG_NOSIGNAL);
-  io_uring_sqe_set_data(e, op);
-  return op;
-}
-
 UringOp* UringDriver::start_background_send(int fd, std::span<const std::string_view> bufs,
                                            std::chrono::steady_clock::time_point deadline) {
   std::size_t n = 0;
@@ -376,7 +357,9 @@ bool UringDriver::resend_rest(UringOp* op, int res) {
 }
 
 void close_after_send(UringOp* send, UringOp* recv, std::string tail) noexcept {
-  UringDriver* ring = send->ring;
+  // The receive's ring first, when there is one: its cancel must reach the kernel before
+  // anything closes the descriptor.
+  UringDriver* ring = recv != nullptr ? recv->ring : send->ring;
   if (ring->on_ring_thread()) ring->linger(send, recv, std::move(tail));
   else ring->queue_remote_linger(send, recv, std::move(tail));
 }
@@ -388,6 +371,10 @@ void UringDriver::linger(UringOp* send, UringOp* recv, std::string tail) {
       submit_cancel(recv);
     }
     release(recv);
+  }
+  if (send->ring != this) {
+    handing_over_.push_back({send, std::move(tail)});  // after our next submit
+    return;
   }
   BackgroundSend& b = background(send);
   b.tail = std::move(tail);
@@ -414,6 +401,15 @@ void UringDriver::queue_remote_linger(UringOp* send, UringOp* recv, std::string 
   }
   has_remote_.store(true, std::memory_order_release);
   unpark();
+}
+
+void UringDriver::hand_over_lingering() {
+  if (handing_over_.empty()) return;
+  for (HandOver& h : handing_over_) {
+    UringDriver* ring = h.send->ring;
+    ring->queue_remote_linger(h.send, nullptr, std::move(h.tail));
+  }
+  handing_over_.clear();
 }
 
 void UringDriver::finish_lingering(UringOp* op) {
@@ -713,6 +709,7 @@ uint32_t UringDriver::reap(uint32_t max_events) {
 
 void UringDriver::flush() {
   if (io_uring_sq_ready(&ring_) != 0) io_uring_submit(&ring_);
+  hand_over_lingering();
 }
 
 uint32_t UringDriver::poll(uint32_t max_events) {
@@ -722,12 +719,17 @@ uint32_t UringDriver::poll(uint32_t max_events) {
   if (io_uring_sq_ready(&ring_) != 0 || (IO_URING_READ_ONCE(*ring_.sq.kflags) & IORING_SQ_TASKRUN) != 0) {
     io_uring_submit_and_get_events(&ring_);
   }
+  hand_over_lingering();
   return reap(max_events);
 }
 
 uint32_t UringDriver::park(uint32_t max_events, std::optional<std::chrono::milliseconds> timeout) {
   drain_remote();
   sweep_lingering();
+  if (!handing_over_.empty()) {  // (not after the sleep: their sockets would wait for it)
+    io_uring_submit(&ring_);
+    hand_over_lingering();
+  }
   if (!lingering_.empty() && (!timeout || *timeout > kLingerCheck)) timeout = kLingerCheck;
   if (io_uring_cq_ready(&ring_) != 0) {
     if (io_uring_sq_ready(&ring_) != 0) io_uring_submit(&ring_);  // e.g. the cancels just queued
@@ -774,6 +776,7 @@ void UringDriver::cancel_everything() {
     io_uring_cqe* cqe = nullptr;
     __kernel_timespec ts{0, 10'000'000};
     io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &ts, nullptr);
+    hand_over_lingering();
     reap(UINT32_MAX);
   }
   io_uring_sqe* e = sqe();
@@ -795,6 +798,7 @@ void UringDriver::cancel_everything() {
   for (UringOp* op : lingering_) release(op);  // all completed: their descriptors are closed
   lingering_.clear();
   if (io_uring_sq_ready(&ring_) != 0) io_uring_submit(&ring_);  // the closes it queued
+  hand_over_lingering();
 }
 
 UringDriver* current_ring() noexcept { return tl_ring; }

@@ -30,9 +30,10 @@
 // socket whose send has not completed lingers (close_after_send): the ring closes the
 // descriptor once the send is done, or cancels it at the write's deadline; a stopping
 // ring gives lingering sends up to kShutdownLinger before it cancels everything.
-// A background send and a running receive of one socket are on the same ring (a stolen
-// task's write waits instead when its receive is another ring's, and its read polls when
-// its send is), so one ring orders the descriptor's close after both.
+// A socket's receive and its background send may run on two rings (a task stolen
+// between starting them); the close must then come after both submissions: the
+// receive's ring cancels it and, once that has reached the kernel (after its next
+// submit), hands the lingering send to the send's ring, which closes.
 //
 // Receives: a readable wait on a stream is a receive (IORING_OP_RECV with IOSQE_BUFFER_SELECT)
 // into one of the ring's provided buffers (a buffer ring of up to kReceiveBuffers x
@@ -164,10 +165,10 @@ std::error_code background_send_result(const UringOp* op) noexcept;
 // cancels it if it has not completed and drops the caller's reference.
 void abandon_send(UringOp* op) noexcept;
 // Closes the socket of the background send `send` (not completed) once it has finished,
-// or cancels the send at its deadline and then closes; after a send that went out whole, `tail` (a TLS
-// close_notify) goes too if the socket takes it at once. `recv` (or null), the socket's
-// receive, on the same ring, is cancelled first. Takes the caller's references. Any
-// thread.
+// or cancels the send at its deadline and then closes; after a send that went out whole,
+// `tail` (a TLS close_notify) goes too if the socket takes it at once. `recv` (or null),
+// the socket's receive, is cancelled first (on its ring, which may be another). Takes the
+// caller's references. Any thread.
 void close_after_send(UringOp* send, UringOp* recv, std::string tail) noexcept;
 
 class UringDriver final : public exec::Driver {
@@ -200,17 +201,12 @@ class UringDriver final : public exec::Driver {
   // ring's worker thread, and only when receives() (the kernel took the buffer ring).
   UringOp* start_receive(int fd, exec::Waker w, std::size_t tag);
   bool receives() const { return buffers_ != nullptr; }
-  // Starts a send on `fd` of up to kMaxSend bytes of `bufs`, from byte `offset` of
-  // bufs[idx] on, waking `w` with `tag` when it completes (op->res: bytes sent, or
-  // -errno). The operation owns a copy of the bytes: a task that stops waiting, or is
-  // dropped, never leaves the kernel reading memory that is gone. Only from the ring's
-  // worker thread.
-  UringOp* start_send(int fd, std::span<const std::string_view> bufs, std::size_t idx, std::size_t offset,
-                      exec::Waker w, std::size_t tag);
   static constexpr std::size_t kMaxSend = 64 * 1024;
   // Starts a background send on `fd` of every byte of `bufs` (at most kMaxSend), which
-  // nobody waits for (see above): a lingering close cancels it at `deadline`. Only from the
-  // ring's worker thread. Returns the operation, holding the caller's reference.
+  // nobody waits for (see above): a lingering close cancels it at `deadline`. The
+  // operation owns a copy of the bytes: a task that is dropped never leaves the kernel
+  // reading memory that is gone. Only from the ring's worker thread. Returns the
+  // operation, holding the caller's reference.
   UringOp* start_background_send(int fd, std::span<const std::string_view> bufs,
                                  std::chrono::steady_clock::time_point deadline);
   // Starts a connect of `fd` to `addr` (copied into the operation), waking `w` with `tag`
@@ -294,9 +290,14 @@ class UringDriver final : public exec::Driver {
   // A background send's completion: resubmits what a short one (or EAGAIN) left, unless
   // it was abandoned. True when it did (the operation is still in flight).
   bool resend_rest(UringOp* op, int res);
-  // The ring's side of close_after_send (on its thread), and its remote queueing.
+  // close_after_send on this ring's thread: cancels `recv` (this ring's) and lingers
+  // `send`, here or, once the cancel has been submitted, on the send's ring
+  // (hand_over_lingering). queue_remote_linger: the same from another thread.
   void linger(UringOp* send, UringOp* recv, std::string tail);
   void queue_remote_linger(UringOp* send, UringOp* recv, std::string tail);
+  // After a submit: the lingering sends of other rings whose socket's receive this ring
+  // has just cancelled go to their rings.
+  void hand_over_lingering();
   // A lingering send that has finished: its tail, then the descriptor's close.
   void finish_lingering(UringOp* op);
   // Drops the lingering sends that have finished, and cancels those past their deadline.
@@ -343,6 +344,12 @@ class UringDriver final : public exec::Driver {
   // Background sends whose socket was closed before they completed (each holds the
   // socket's reference): the ring's thread only.
   std::vector<UringOp*> lingering_;
+  // Other rings' lingering sends waiting for this ring's next submit (hand_over_lingering).
+  struct HandOver {
+    UringOp* send;
+    std::string tail;
+  };
+  std::vector<HandOver> handing_over_;
   std::atomic<bool> shut_down_{false};  // read by threads queueing remote cancels
 };
 

@@ -32,12 +32,7 @@ void ReadyWait::cancel() noexcept {
 void ReceiveWait::start(Socket& s, exec::Waker w, std::size_t tag) {
   UringOp*& op = s.receive_op();
   UringDriver* ring = s.reactor_handle() == nullptr ? current_ring() : nullptr;
-  // A background send still running on another ring (a stolen task): a receive here
-  // would leave no one ring to order the close after both (io/uring.h); a poll names
-  // nothing it could take from a reused descriptor.
-  const UringOp* send = s.send_op();
-  const bool send_elsewhere = send != nullptr && send->ring != ring && !send->completed.load(std::memory_order_acquire);
-  if (op == nullptr && (ring == nullptr || !ring->receives() || !s.is_open() || send_elsewhere)) {
+  if (op == nullptr && (ring == nullptr || !ring->receives() || !s.is_open())) {
     poll_.start(s, Interest::kRead, std::move(w), tag);
     return;
   }

@@ -118,6 +118,30 @@ TEST_P(BackgroundSend, ACloseOffTheWorkersWaitsForTheSendToo) {
   ::close(p.peer);
 }
 
+TEST_P(BackgroundSend, AReceiveOnOneWorkerAndASendOnAnotherBothPrecedeTheClose) {
+  SG_DRIVER_RUNTIME(rt, workers(2));
+  StreamPair p = stream_pair(rt);
+  // Worker 0 leaves a receive running (a wait that timed out), worker 1 writes and closes
+  // at once: on io_uring two rings, and the close must come after both submissions.
+  auto waited = rt.handle().spawn_pinned(0, [&]() -> exec::Task<bool> {
+    EitherReadable w = co_await p.stream.wait_readable(nullptr, Deadline::after(20ms));
+    co_return w.ec == std::errc::timed_out;
+  });
+  EXPECT_EQ(waited.wait(), std::optional<bool>(true));
+  const std::string reply = pattern(3000, 4);
+  auto wrote = rt.handle().spawn_pinned(1, [&]() -> exec::Task<std::string> {
+    std::error_code ec = co_await p.stream.write_all(reply, Deadline::after(5s));
+    p.stream.close();
+    co_return ec ? ec.message() : "ok";
+  });
+  EXPECT_EQ(wrote.wait(), "ok");
+  bool eof = false;
+  EXPECT_EQ(read_to_eof(p.peer, 5s, eof), reply);
+  EXPECT_TRUE(eof) << "the socket was never closed";
+  EXPECT_TRUE(sg::testing::eventually([&] { return ring_ops_in_flight(rt) == 0; }));
+  ::close(p.peer);
+}
+
 TEST_P(BackgroundSend, AClosedSocketWhosePeerNeverReadsClosesAtTheWritesDeadline) {
   SG_DRIVER_RUNTIME(rt, workers(2));
   StreamPair p = stream_pair(rt);
