@@ -216,8 +216,8 @@ exec::Task<std::error_code> TcpStream::write_all(std::span<const std::string_vie
   }
   const int fd = sock_.native_handle();
   UringDriver* ring = sock_.reactor_handle() == nullptr && fd >= 0 ? current_ring() : nullptr;
-  if (ring != nullptr && total_bytes(bufs) < kDirectSend) {
-    sock_.send_op() = ring->start_background_send(fd, bufs, dl.at);  // (io/uring.h)
+  if (const std::size_t n = total_bytes(bufs); ring != nullptr && n < kDirectSend) {
+    if (n > 0) sock_.send_op() = ring->start_background_send(fd, bufs, dl.at);  // (io/uring.h)
     co_return std::error_code{};
   }
   SendCursor c{bufs};
