@@ -300,11 +300,12 @@ UringOp* UringDriver::start_background_send(int fd, std::span<const std::string_
   n = std::min(n, kMaxSend);
   UringOp* op = new_waited_op(sizeof(BackgroundSend) + n, {}, 0);
   op->background = true;
-  const auto latest = std::chrono::steady_clock::now() + kMaxLinger;
   auto* b = new (op + 1) BackgroundSend();
   b->fd = fd;
   b->size = static_cast<uint32_t>(n);
-  b->deadline_ns = steady_ns(std::min(deadline, latest));
+  // (A write nearly always has a deadline: no clock read per send for the cap.)
+  const bool capped = deadline == std::chrono::steady_clock::time_point::max();
+  b->deadline_ns = steady_ns(capped ? std::chrono::steady_clock::now() + kMaxLinger : deadline);
   char* data = background_bytes(op);
   for (std::size_t i = 0, at = 0; at < n; ++i) {
     const std::size_t k = std::min(bufs[i].size(), n - at);
