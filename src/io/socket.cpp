@@ -61,22 +61,27 @@ Socket& Socket::operator=(Socket&& o) noexcept {
     fd_ = o.fd_;
     desc_ = std::move(o.desc_);
     recv_ = o.recv_;
-    send_ = o.send_;
     streaming_ = o.streaming_;
     o.fd_ = -1;
     o.desc_.reset();
     o.recv_ = nullptr;
-    o.send_ = nullptr;
+    adopt_send(o);
   }
   return *this;
 }
 
+void Socket::adopt_send(Socket& o) noexcept {
+  if (UringOp* op = o.take_send()) move_send(op, &send_);
+}
+
 void Socket::close(std::string_view tail) {
-  if (send_ != nullptr) {
-    UringOp* send = std::exchange(send_, nullptr);
-    if (fd_ >= 0 && !send->completed.load(std::memory_order_acquire)) {
-      linger_close(send, tail);
-      return;
+  if (UringOp* send = take_send()) {
+    if (!send->completed.load(std::memory_order_acquire)) {
+      disown_send(send);  // (this socket's slot is about to go)
+      if (fd_ >= 0) {
+        linger_close(send, tail);
+        return;
+      }
     }
     release(send);  // settled: it went out whole, or failed (which a close need not know)
   }

@@ -12,6 +12,7 @@
 #include <asio/ip/tcp.hpp>
 #include <asio/posix/stream_descriptor.hpp>
 
+#include <atomic>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -43,11 +44,11 @@ class Socket {
   // Takes ownership of `fd` (already non-blocking). On failure `fd` is closed.
   static Result<Socket> adopt(IoContext io, int fd);
   Socket(Socket&& o) noexcept
-      : desc_(std::move(o.desc_)), recv_(o.recv_), send_(o.send_), fd_(o.fd_), streaming_(o.streaming_) {
+      : desc_(std::move(o.desc_)), recv_(o.recv_), fd_(o.fd_), streaming_(o.streaming_) {
     o.fd_ = -1;
     o.desc_.reset();
     o.recv_ = nullptr;
-    o.send_ = nullptr;
+    adopt_send(o);
   }
   Socket& operator=(Socket&& o) noexcept;
   Socket(const Socket&) = delete;
@@ -66,9 +67,18 @@ class Socket {
   // io_uring: the socket's receive, started by a readable wait and kept (with what it
   // received) until a read has taken all of it (holds a reference; see io/uring.h).
   UringOp*& receive_op() { return recv_; }
-  // io_uring: the socket's last write, a send nobody waited for (holds a reference; see
-  // io/uring.h), until the next write, a flush or the close settles it.
-  UringOp*& send_op() { return send_; }
+  // io_uring: the socket's last write, a send nobody waits for (io/uring.h). The slot
+  // holds a reference until the next write, a flush or the close takes it out
+  // (take_send(): the caller owns that reference), or until the ring, when the send has
+  // gone out whole, takes it out itself (so an idle connection keeps no copy of its last
+  // response). The ring knows the slot (set_send): the socket tells it when the slot is
+  // about to move or disappear while the send it took out is still running (disown_send,
+  // io/uring.h; close does it).
+  bool send_pending() const { return send_.load(std::memory_order_relaxed) != nullptr; }
+  UringOp* take_send() { return send_.exchange(nullptr, std::memory_order_acq_rel); }
+  // Puts back a send take_send() took (still running, or failed).
+  void restore_send(UringOp* op) { send_.store(op, std::memory_order_release); }
+  std::atomic<UringOp*>& send_slot() { return send_; }
   // io_uring: the last read filled its buffer, so more bytes are probably waiting (a body
   // streams): the next read tries recv first instead of a receive's round trip.
   bool& streaming() { return streaming_; }
@@ -78,12 +88,14 @@ class Socket {
  private:
   // close() while the last write is still being sent (io/uring.h, close_after_send).
   void linger_close(UringOp* send, std::string_view tail);
+  // Moves `o`'s send into this socket's slot, telling the ring the slot has moved.
+  void adopt_send(Socket& o) noexcept;
 
   // (fd_ beside streaming_: no padding, so that an idle connection's task stays in its
   // allocation class; see proxy/session.cpp.)
   std::optional<Descriptor> desc_;  // epoll driver: owns fd_ (closing it closes fd_)
   UringOp* recv_ = nullptr;
-  UringOp* send_ = nullptr;
+  std::atomic<UringOp*> send_{nullptr};
   int fd_ = -1;
   bool streaming_ = false;
 };

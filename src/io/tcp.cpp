@@ -211,13 +211,13 @@ std::optional<IoResult> TcpStream::try_read(std::span<char> buf) {
 }
 
 exec::Task<std::error_code> TcpStream::write_all(std::span<const std::string_view> bufs, Deadline dl) {
-  if (sock_.send_op() != nullptr) {
+  if (sock_.send_pending()) {
     if (std::error_code ec = co_await flush(dl)) co_return ec;  // one send at a time: in order
   }
   const int fd = sock_.native_handle();
   UringDriver* ring = sock_.reactor_handle() == nullptr && fd >= 0 ? current_ring() : nullptr;
   if (const std::size_t n = total_bytes(bufs); ring != nullptr && n < kDirectSend) {
-    if (n > 0) sock_.send_op() = ring->start_background_send(fd, bufs, dl.at);  // (io/uring.h)
+    if (n > 0) ring->start_background_send(fd, bufs, dl.at, sock_.send_slot());  // (io/uring.h)
     co_return std::error_code{};
   }
   SendCursor c{bufs};
@@ -260,46 +260,53 @@ TcpStream::PeerState TcpStream::peek() {
 
 TcpStream::FlushAwaiter::~FlushAwaiter() {
   timer.cancel();
-  if (armed != nullptr) disarm_waiter(armed);
+  if (op == nullptr) return;
+  // Dropped while it waited: the send goes on, the socket's again (its close settles it).
+  if (armed) disarm_waiter(op);
+  sock.restore_send(op);
 }
 
-bool TcpStream::FlushAwaiter::await_ready() const noexcept {
-  const UringOp* op = sock.send_op();
+bool TcpStream::FlushAwaiter::await_ready() noexcept {
+  // Taken out of the socket while we look at it and wait for it: the ring cannot settle
+  // it (io/uring.h) under us. None there: the last send went out whole.
+  op = sock.take_send();
   return op == nullptr || op->completed.load(std::memory_order_acquire);
 }
 
 void TcpStream::FlushAwaiter::await_suspend(std::coroutine_handle<> h) {
   exec::Waker w = exec::arm_wait(h);
   if (deadline.is_set()) arm_deadline(timer, deadline, w.clone());
-  armed = sock.send_op();
-  arm_waiter(armed, std::move(w), kTagReady);  // (wakes at once if it completed meanwhile)
+  armed = true;
+  arm_waiter(op, std::move(w), kTagReady);  // (wakes at once if it completed meanwhile)
 }
 
 std::error_code TcpStream::FlushAwaiter::await_resume() {
-  if (armed != nullptr) {
+  UringOp* const send = std::exchange(op, nullptr);
+  if (send == nullptr) return {};
+  if (armed) {
     const exec::WaitResult r = exec::last_wait_result();
     timer.cancel();
-    disarm_waiter(std::exchange(armed, nullptr));
+    disarm_waiter(send);
     if (r.value == kTagTimer) {
       // Given up: the connection cannot be written in order any more.
-      abandon_send(std::exchange(sock.send_op(), nullptr));
+      abandon_send(send);
       return r.code == 0 ? std::make_error_code(std::errc::timed_out) : r.ec();
     }
   }
-  UringOp* op = std::exchange(sock.send_op(), nullptr);
-  if (op == nullptr) return {};
-  const std::error_code ec = background_send_result(op);
-  release(op);
+  const std::error_code ec = background_send_result(send);
+  release(send);
   return ec;
 }
 
 bool TcpStream::writes_done() {
-  UringOp* op = sock_.send_op();
+  UringOp* op = sock_.take_send();
   if (op == nullptr) return true;
-  if (!op->completed.load(std::memory_order_acquire)) return false;
-  const bool whole = !background_send_result(op);
-  if (whole) release(std::exchange(sock_.send_op(), nullptr));
-  return whole;
+  if (op->completed.load(std::memory_order_acquire) && !background_send_result(op)) {
+    release(op);
+    return true;
+  }
+  sock_.restore_send(op);  // still being sent, or failed (the next write reports it)
+  return false;
 }
 
 exec::Task<void> TcpStream::shutdown_write(Deadline dl) {

@@ -103,13 +103,14 @@ struct TcpStream::FlushAwaiter {
   Socket& sock;
   Deadline deadline;
   exec::TimerEntry timer{};
-  UringOp* armed = nullptr;  // the send whose waiter we are
+  UringOp* op = nullptr;  // the send, taken out of the socket (our reference)
+  bool armed = false;     // we are its waiter
 
   FlushAwaiter(Socket& s, Deadline dl) : sock(s), deadline(dl) {}
   FlushAwaiter(const FlushAwaiter&) = delete;
   FlushAwaiter& operator=(const FlushAwaiter&) = delete;
   ~FlushAwaiter();
-  bool await_ready() const noexcept;
+  bool await_ready() noexcept;
   void await_suspend(std::coroutine_handle<> h);
   std::error_code await_resume();
 };

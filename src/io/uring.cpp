@@ -57,6 +57,9 @@ struct BackgroundSend {
   bool cancel_sent = false;
   int64_t deadline_ns = 0;
   std::string tail;
+  // The socket slot that holds the send (Socket::send_slot), under the operation's lock;
+  // null once disowned.
+  std::atomic<UringOp*>* owner = nullptr;
 };
 
 BackgroundSend& background(UringOp* op) { return *reinterpret_cast<BackgroundSend*>(op + 1); }
@@ -293,8 +296,9 @@ UringOp* UringDriver::start_receive(int fd, exec::Waker w, std::size_t tag) {
   return op;
 }
 
-UringOp* UringDriver::start_background_send(int fd, std::span<const std::string_view> bufs,
-                                           std::chrono::steady_clock::time_point deadline) {
+void UringDriver::start_background_send(int fd, std::span<const std::string_view> bufs,
+                                        std::chrono::steady_clock::time_point deadline,
+                                        std::atomic<UringOp*>& slot) {
   std::size_t n = 0;
   for (std::string_view b : bufs) n += b.size();
   n = std::min(n, kMaxSend);
@@ -303,6 +307,7 @@ UringOp* UringDriver::start_background_send(int fd, std::span<const std::string_
   auto* b = new (op + 1) BackgroundSend();
   b->fd = fd;
   b->size = static_cast<uint32_t>(n);
+  b->owner = &slot;
   // (A write nearly always has a deadline: no clock read per send for the cap.)
   const bool capped = deadline == std::chrono::steady_clock::time_point::max();
   b->deadline_ns = steady_ns(capped ? std::chrono::steady_clock::now() + kMaxLinger : deadline);
@@ -317,7 +322,8 @@ UringOp* UringDriver::start_background_send(int fd, std::span<const std::string_
   // still leaves, resend_rest).
   io_uring_prep_send(e, fd, data, n, MSG_NOSIGNAL | MSG_WAITALL);
   io_uring_sqe_set_data(e, op);
-  return op;
+  // (Its completion is reaped by this thread, after this store.)
+  slot.store(op, std::memory_order_release);
 }
 
 std::error_code background_send_result(const UringOp* op) noexcept {
@@ -330,9 +336,40 @@ void abandon_send(UringOp* op) noexcept {
   {
     std::lock_guard lk(op->lock);
     op->abandoned = true;  // a short completion from now on is final
+    background(op).owner = nullptr;
   }
   cancel_and_release(op);
 }
+
+void disown_send(UringOp* op) noexcept {
+  std::lock_guard lk(op->lock);
+  background(op).owner = nullptr;
+}
+
+void move_send(UringOp* op, std::atomic<UringOp*>* slot) noexcept {
+  // Under the lock: a completion that read the old slot has finished with it (its
+  // compare-exchange there failed: the slot was empty once we took the send out).
+  std::lock_guard lk(op->lock);
+  background(op).owner = slot;
+  slot->store(op, std::memory_order_release);
+}
+
+namespace {
+
+// A send that went out whole leaves its socket's slot at once (the caller then drops the
+// socket's reference too). Under op->lock, before `completed` is published: a socket
+// that sees it completed may go away, and this must not look at its slot then. The
+// exchange fails when the socket took the send out first (its write, flush or close).
+bool leave_slot_locked(UringOp* op) noexcept {
+  BackgroundSend& b = background(op);
+  if (b.owner == nullptr || op->res != static_cast<int>(b.size)) return false;
+  UringOp* expected = op;
+  if (!b.owner->compare_exchange_strong(expected, nullptr, std::memory_order_acq_rel, std::memory_order_relaxed)) return false;
+  b.owner = nullptr;
+  return true;
+}
+
+}  // namespace
 
 bool UringDriver::resend_rest(UringOp* op, int res) {
   BackgroundSend& b = background(op);
@@ -670,13 +707,16 @@ void UringDriver::complete(UringOp* op, int res, uint32_t flags) {
   if (op->receive && res != -ECANCELED) count_receive(res == -ENOBUFS);
   exec::Waker w;
   std::size_t tag;
+  bool left_slot = false;
   {
     std::lock_guard lk(op->lock);
     w = std::move(op->waker);
     tag = op->tag;
+    if (op->background) left_slot = leave_slot_locked(op);
     // Release: whoever sees `completed` (acquire) sees res and buffer.
     op->completed.store(true, std::memory_order_release);
   }
+  if (left_slot) release(op);  // the socket's reference
   // A receive's result, error included, is read from the operation by the task; its wake
   // only says "done" (a cancelled one: its socket was closed, or the runtime stops). A
   // poll that reports POLLERR/POLLHUP is still "ready": the read or write that follows

@@ -19,9 +19,13 @@
 // Sends: a write is a send (IORING_OP_SEND) of a copy of its bytes owned by the operation.
 // Like the receives' SQEs it reaches the kernel with the next batch, so a response costs no
 // syscall of its own; the copy (a response head and body piece, memcpy) is cheaper than
-// the sendmsg it replaces. Nobody waits for it ("background" send, Socket::send_op): the
+// the sendmsg it replaces. Nobody waits for it ("background" send, Socket::take_send): the
 // write returns once it is queued, and the socket's next write, its flush, or its close
-// settles it. Waiting cost two of the four task polls of a proxied keep-alive GET (a send
+// settles it; or the ring, once every byte has gone out, takes it out of the socket's slot
+// and frees it, so an idle keep-alive connection holds no copy of its last response (a
+// third of its memory). The ring knows the slot, under the operation's lock: a socket
+// that takes a running send out for good (its close) or moves disowns it or moves it there
+// (disown_send, move_send), so the ring never names a slot that is gone. Waiting cost two of the four task polls of a proxied keep-alive GET (a send
 // each way), each with a timer armed and cancelled; the copy already made the wait
 // unnecessary for memory safety. A socket has at
 // most one background send, so its bytes cannot be reordered; a short completion (the
@@ -162,8 +166,13 @@ std::span<const char> received_bytes(const UringOp* op) noexcept;
 // A completed background send: every byte went out (no error), or why not.
 std::error_code background_send_result(const UringOp* op) noexcept;
 // Stops a background send (its write timed out, or the connection is being dropped):
-// cancels it if it has not completed and drops the caller's reference.
+// cancels it if it has not completed and drops the caller's reference (disowning it).
 void abandon_send(UringOp* op) noexcept;
+// A background send taken out of its socket's slot for good while still running: the ring
+// no longer looks at the slot. / Puts a send taken out of one slot into `slot`, which the
+// ring then looks at instead (a socket that moves).
+void disown_send(UringOp* op) noexcept;
+void move_send(UringOp* op, std::atomic<UringOp*>* slot) noexcept;
 // Closes the socket of the background send `send` (not completed) once it has finished,
 // or cancels the send at its deadline and then closes; after a send that went out whole,
 // `tail` (a TLS close_notify) goes too if the socket takes it at once. `recv` (or null),
@@ -205,10 +214,10 @@ class UringDriver final : public exec::Driver {
   // Starts a background send on `fd` of every byte of `bufs` (at most kMaxSend), which
   // nobody waits for (see above): a lingering close cancels it at `deadline`. The
   // operation owns a copy of the bytes: a task that is dropped never leaves the kernel
-  // reading memory that is gone. Only from the ring's worker thread. Returns the
-  // operation, holding the caller's reference.
-  UringOp* start_background_send(int fd, std::span<const std::string_view> bufs,
-                                 std::chrono::steady_clock::time_point deadline);
+  // reading memory that is gone. Only from the ring's worker thread. Puts the operation,
+  // holding the socket's reference, into `slot` (which must be empty).
+  void start_background_send(int fd, std::span<const std::string_view> bufs,
+                             std::chrono::steady_clock::time_point deadline, std::atomic<UringOp*>& slot);
   // Starts a connect of `fd` to `addr` (copied into the operation), waking `w` with `tag`
   // when the handshake is done (op->res: 0 or -errno). Only from the ring's worker thread.
   UringOp* start_connect(int fd, const sockaddr* addr, socklen_t len, exec::Waker w, std::size_t tag);
