@@ -215,7 +215,12 @@ void UringDriver::count_receive(bool found_no_buffer) {
     const std::size_t provided = buffers_provided_.load(std::memory_order_relaxed);
     if (window_shortages_ >= kGrowAfterShortages && window_shortages_ * kShortageRate >= window_receives_ &&
         buffers_in_use_.load(std::memory_order_relaxed) >= provided) {
-      provide_new_buffers(static_cast<unsigned>(provided));
+      // (The clock only here: at most once per kGrowAfterShortages receives.)
+      const auto now = std::chrono::steady_clock::now();
+      if (now - last_growth_ >= kGrowInterval) {
+        provide_new_buffers(static_cast<unsigned>(provided));
+        last_growth_ = now;
+      }
       window_receives_ = window_shortages_ = 0;
       return;
     }

@@ -176,15 +176,15 @@ void io_uring_families(Families& fs, const std::vector<io::RingStats>& rings) {
                             "ring's worker; other: queued to it by another thread).",
                             MetricType::Counter);
   auto& provided = fs.family("stealgate_executor_io_uring_receive_buffers",
-                             "Receive buffers provided to a worker's ring (4 KiB each; from 32, doubled up to 256 "
-                             "while more than 1 receive in 16 finds none free; never withdrawn).",
+                             "Receive buffers provided to a worker's ring (4 KiB each; from 32, doubled at most once a "
+                             "second up to 1024 while more than 1 receive in 16 finds none free; never withdrawn).",
                              MetricType::Gauge);
   auto& in_use = fs.family("stealgate_executor_io_uring_receive_buffers_in_use",
                            "Provided receive buffers of a worker's ring holding received bytes not yet read.",
                            MetricType::Gauge);
   auto& shortages = fs.family("stealgate_executor_io_uring_receive_buffer_shortages_total",
                               "Receives on a worker's ring that found no free provided buffer (each then read "
-                              "with a plain recv; frequent shortages grow the ring, up to 256).",
+                              "with a plain recv; frequent shortages grow the ring, up to 1024).",
                               MetricType::Counter);
   for (std::size_t w = 0; w < rings.size(); ++w) {
     const std::string worker = std::to_string(w);

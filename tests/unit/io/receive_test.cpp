@@ -188,14 +188,16 @@ void hold_and_read(Runtime& rt, std::vector<ReceivePair>& pairs, std::size_t fir
 TEST_P(Receive, MoreReadySocketsThanBuffersStillReadEverything) {
   SG_DRIVER_RUNTIME(rt, workers(1));  // one ring: more ready sockets than its buffers
   // Waves of 48 sockets whose receives keep their bytes until the reads at the end. On
-  // io_uring the ring starts with 32 buffers and doubles, up to 256, at a shortage that is
-  // the 16th since it last grew and at least 1 in 16 of the receives since then, when
-  // every buffer it has is held: 48 -> 64 (32 held, 16 short), 96 -> 128 (32 more held,
-  // 16 short), 144 -> 128 (48 held), 192 -> 256 (16 held, 16 short), then it fills.
-  static_assert(UringDriver::kInitialReceiveBuffers == 32 && UringDriver::kReceiveBuffers == 256 &&
-                UringDriver::kGrowAfterShortages == 16 && UringDriver::kShortageRate == 16);
+  // io_uring the ring starts with 32 buffers and doubles at a shortage that is the 16th
+  // since it last grew and at least 1 in 16 of the receives since then, when every
+  // buffer it has is held, at most once per kGrowInterval: 48 -> 64 (32 held, 16 short);
+  // 96 -> 64 (32 more held, 16 short: too soon); after the interval, 144 -> 128 (none
+  // free: at least 16 short, then it grows; how many of the rest complete before the
+  // growth is timing); 192 -> 128 (too soon again), the new buffers held.
+  static_assert(UringDriver::kInitialReceiveBuffers == 32 && UringDriver::kGrowAfterShortages == 16 &&
+                UringDriver::kShortageRate == 16 && UringDriver::kReceiveBuffers >= 128);
   constexpr int kWave = 48;
-  constexpr int kWaves = 7;
+  constexpr int kWaves = 4;
   if (uses_io_uring(rt)) {
     EXPECT_EQ(ring_totals(rt).buffers_provided, std::size_t{UringDriver::kInitialReceiveBuffers});
   }
@@ -206,6 +208,7 @@ TEST_P(Receive, MoreReadySocketsThanBuffersStillReadEverything) {
   std::vector<exec::JoinHandle<std::string>> hs;
   std::vector<std::size_t> provided_after_wave;
   for (int wave = 0; wave < kWaves; ++wave) {
+    if (wave == 2) std::this_thread::sleep_for(UringDriver::kGrowInterval + 50ms);
     const std::size_t first = pairs.size();
     for (int i = 0; i < kWave; ++i) pairs.push_back(make_receive_pair(rt));
     hold_and_read(rt, pairs, first, woken, go, hs);
@@ -218,8 +221,8 @@ TEST_P(Receive, MoreReadySocketsThanBuffersStillReadEverything) {
     }
   }
   if (uses_io_uring(rt)) {
-    EXPECT_EQ(provided_after_wave, (std::vector<std::size_t>{64, 128, 128, 256, 256, 256, 256}));
-    EXPECT_EQ(ring_totals(rt).buffers_in_use, std::size_t{UringDriver::kReceiveBuffers});
+    EXPECT_EQ(provided_after_wave, (std::vector<std::size_t>{64, 64, 128, 128}));
+    EXPECT_GE(ring_totals(rt).buffers_in_use, 112u) << "the buffers the ring grew by were not used";
   }
   go = true;
   for (std::size_t i = 0; i < hs.size(); ++i) {
