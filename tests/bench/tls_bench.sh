@@ -9,6 +9,7 @@
 #   apt-get install -y nginx-light wrk   # once
 #   tests/bench/tls_bench.sh [build-release/src/stealgate]
 #   ROUNDS=3 DURATION=10 tests/bench/tls_bench.sh
+#   SCENARIOS=keepalive ROUNDS=6 tests/bench/tls_bench.sh   # one scenario, more rounds
 #
 # Scenarios:
 #   keepalive  wrk, 64 keep-alive HTTPS connections, small GETs
@@ -22,6 +23,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 SG=${1:-build-release/src/stealgate}
 ROUNDS=${ROUNDS:-3}
+SCENARIOS=${SCENARIOS:-keepalive full resumed}
 DURATION=${DURATION:-10}
 for tool in nginx wrk openssl; do
   command -v "$tool" >/dev/null || { echo "tls_bench: $tool is missing (apt-get install -y nginx-light wrk)"; exit 2; }
@@ -122,7 +124,7 @@ for round in $(seq "$ROUNDS"); do
   # first's TIME_WAIT sockets and client processes still exiting).
   targets=(nginx:$NGX stealgate:$SGP)
   ((round % 2 == 0)) && targets=(stealgate:$SGP nginx:$NGX)
-  for scenario in keepalive full resumed; do
+  for scenario in $SCENARIOS; do
     for target in "${targets[@]}"; do
       name=${target%%:*} port=${target##*:}
       c0=$(cpu_of "$port") i0=$(idle_jiffies)
