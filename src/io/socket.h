@@ -71,9 +71,9 @@ class Socket {
   // holds a reference until the next write, a flush or the close takes it out
   // (take_send(): the caller owns that reference), or until the ring, when the send has
   // gone out whole, takes it out itself (so an idle connection keeps no copy of its last
-  // response). The ring knows the slot (set_send): the socket tells it when the slot is
-  // about to move or disappear while the send it took out is still running (disown_send,
-  // io/uring.h; close does it).
+  // response). The ring knows the slot (start_background_send puts the send there): the
+  // socket tells it when the slot moves (move_send) or when a send it took out for good is
+  // still running (disown_send; close does it), both in io/uring.h.
   bool send_pending() const { return send_.load(std::memory_order_relaxed) != nullptr; }
   UringOp* take_send() { return send_.exchange(nullptr, std::memory_order_acq_rel); }
   // Puts back a send take_send() took (still running, or failed).
