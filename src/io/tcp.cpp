@@ -299,6 +299,8 @@ std::error_code TcpStream::FlushAwaiter::await_resume() {
 }
 
 bool TcpStream::writes_done() {
+  // (Once per pooled upstream request: most often the ring has already freed the send.)
+  if (!sock_.send_pending()) return true;
   UringOp* op = sock_.take_send();
   if (op == nullptr) return true;
   if (op->completed.load(std::memory_order_acquire) && !background_send_result(op)) {

@@ -24,8 +24,9 @@
 // settles it; or the ring, once every byte has gone out, takes it out of the socket's slot
 // and frees it, so an idle keep-alive connection holds no copy of its last response (a
 // third of its memory). The ring knows the slot, under the operation's lock: a socket
-// that takes a running send out for good (its close) or moves disowns it or moves it there
-// (disown_send, move_send), so the ring never names a slot that is gone. Waiting cost two of the four task polls of a proxied keep-alive GET (a send
+// that takes a running send out for good (its close) disowns it, one that moves points
+// the ring at its new slot (disown_send, move_send), so the ring never names a slot that
+// is gone. Waiting cost two of the four task polls of a proxied keep-alive GET (a send
 // each way), each with a timer armed and cancelled; the copy already made the wait
 // unnecessary for memory safety. A socket has at
 // most one background send, so its bytes cannot be reordered; a short completion (the
