@@ -69,6 +69,8 @@ class Worker {
   void run();
 
   TaskHeader* next_task();
+  // Pops this worker's share of the injection queue: the first task, the rest queued.
+  TaskHeader* take_injected_batch();
   TaskHeader* next_local_task();
   TaskHeader* pop_priority();
   TaskHeader* steal_work();

@@ -264,6 +264,45 @@ TEST(Runtime, InjectedTaskRunsWhileALocalTaskHogs) {
   stop.store(true);
 }
 
+TEST(Runtime, InjectedBacklogDrainsInOneTurnWhileALocalTaskHogs) {
+  // A backlog in the injection queue (a local queue's overflow puts 128 tasks there at
+  // once) is taken as this worker's share at the queue's next turn, not one task per
+  // global_queue_interval ticks: at one per turn the last of 128 ran about 128 x 61 polls
+  // of the hog later.
+  Runtime rt(workers(1));
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> hog_polls{0};
+  rt.spawn_detached([&]() -> Task<void> {
+    while (!stop.load()) {
+      hog_polls.fetch_add(1, std::memory_order_relaxed);
+      co_await yield_now();
+    }
+  });
+  ASSERT_TRUE(eventually([&] { return hog_polls.load() > 0; }));
+  constexpr int kBacklog = 128;
+  std::atomic<int> ran{0};
+  std::atomic<uint64_t> last_ran_at{0};
+  // The hog must not advance while the backlog is being queued: it waits on this flag.
+  std::atomic<bool> queued{false};
+  rt.handle().spawn_detached([&] {
+    while (!queued.load()) {
+    }
+  });
+  for (int i = 0; i < kBacklog; ++i) {
+    rt.handle().spawn_detached([&] {
+      last_ran_at.store(hog_polls.load(std::memory_order_relaxed), std::memory_order_relaxed);
+      ran.fetch_add(1);
+    });
+  }
+  const uint64_t queued_at = hog_polls.load();
+  queued.store(true);
+  ASSERT_TRUE(eventually([&] { return ran.load() == kBacklog; }, 10s));
+  stop.store(true);
+  // One turn to reach the backlog, the hog's own polls between the batch's tasks: well
+  // under the 128 turns (about 7,800 polls of the hog) of one task per turn.
+  EXPECT_LT(last_ran_at.load() - queued_at, 4u * kDefaultGlobalQueueInterval + 2u * kBacklog);
+}
+
 TEST(Runtime, ExhaustedBudgetForcesYield) {
   // Two tasks on one worker complete notify waits without ever suspending (a permit is
   // always there). The budget forces each to yield after kDefaultCoopBudget operations,
