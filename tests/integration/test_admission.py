@@ -260,6 +260,31 @@ class ScopeTest(GatewayCase):
         self.check_scope("cluster", cluster_limit=1)
 
 
+class PriorityLaneTest(GatewayCase):
+    """An admitted request's wake-ups go to the executor's priority lane only when it holds
+    a permit: the lane lets permits cycle at the upstream's pace under overload, and with
+    no limit there is nothing to cycle (at 1,000 busy connections it only reordered work
+    and overflowed its 256 slots into the injection queue)."""
+
+    def priority_schedules(self, gw):
+        return sum(float(line.rsplit(" ", 1)[1]) for line in gw.metrics().splitlines()
+                   if line.startswith("stealgate_executor_priority_schedules_total{"))
+
+    def schedules_for(self, requests, **limits):
+        gw = self.gateway(limited_config(self.up, **limits))
+        before = self.priority_schedules(gw)
+        for _ in range(requests):
+            status, _, _ = request_once(gw.port, "GET", "/slow?ms=1")
+            self.assertEqual(status, 200)
+        return self.priority_schedules(gw) - before
+
+    def test_requests_without_a_limit_stay_in_the_ordinary_lane(self):
+        self.assertEqual(self.schedules_for(20, global_limit=0), 0)
+
+    def test_requests_holding_a_permit_use_the_priority_lane(self):
+        self.assertGreaterEqual(self.schedules_for(20, global_limit=0, route_limit=5), 20)
+
+
 class SheddingTest(GatewayCase):
     def test_standing_queue_switches_to_fast_refusal(self):
         up = self.up
