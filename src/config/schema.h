@@ -159,7 +159,7 @@ struct ClusterSection {
   LbPolicy lb = LbPolicy::kRoundRobin;
   std::string hash_header;  // ring_hash key: this request header; empty = client address
   Duration connect_timeout{1'000};
-  std::size_t max_idle_per_endpoint = 256;
+  std::size_t max_idle_per_endpoint = 1024;
   Duration idle_timeout{60'000};
   std::size_t max_concurrent_requests = 0;  // 0 = no per-cluster limit
   HealthCheckSection health_check;

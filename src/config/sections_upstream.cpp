@@ -154,7 +154,8 @@ const Table<ClusterSection>& cluster_table() {
        F::text("hash_header", &C::hash_header, "`ring_hash` key: this request header").shown("the client address"),
        F::duration("connect_timeout", &C::connect_timeout, "upstream connect (504 on timeout, 502 when refused)"),
        F::number("max_idle_per_endpoint", &C::max_idle_per_endpoint, 0, 1'000'000,
-                 "idle keep-alive connections kept per endpoint"),
+                 "idle keep-alive connections kept per endpoint: below the requests in flight to "
+                 "it, every request past it opens and closes a connection"),
        F::duration("idle_timeout", &C::idle_timeout, "idle upstream connections are closed after this"),
        F::number("max_concurrent_requests", &C::max_concurrent_requests, 0, 100'000'000,
                  "per-cluster admission limit (`0` = none)"),

@@ -40,7 +40,7 @@
 namespace sg::upstream {
 
 struct PoolOptions {
-  std::size_t max_idle = 256;
+  std::size_t max_idle = 1024;
   std::chrono::milliseconds idle_timeout{60'000};
   std::size_t workers = 1;  // the runtime's worker threads: one idle list each
 };
