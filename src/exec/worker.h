@@ -91,7 +91,8 @@ class Worker {
   void maintenance_tick();
   void maintenance();
   bool should_notify_others() const;
-  void end_batch(uint64_t now);
+  void start_batch();
+  void end_batch();
   void tune_global_queue_interval();
   void publish_stats(uint64_t now);
   void push_back(TaskHeader* t);

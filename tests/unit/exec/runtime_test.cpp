@@ -303,6 +303,37 @@ TEST(Runtime, InjectedBacklogDrainsInOneTurnWhileALocalTaskHogs) {
   EXPECT_LT(last_ran_at.load() - queued_at, 4u * kDefaultGlobalQueueInterval + 2u * kBacklog);
 }
 
+// Polls of about 50 us each: the adaptive interval comes down from 61 toward 200 us / 50 us
+// = 4 injection-queue turns; the fixed one stays where it was configured.
+uint64_t interval_under_slow_polls(bool adaptive) {
+  RuntimeConfig cfg = workers(1);
+  cfg.adaptive_global_queue_interval = adaptive;
+  Runtime rt(cfg);
+  std::atomic<bool> stop{false};
+  rt.spawn_detached([&]() -> Task<void> {
+    while (!stop.load()) {
+      const auto until = std::chrono::steady_clock::now() + 50us;
+      while (std::chrono::steady_clock::now() < until) {
+      }
+      co_await yield_now();
+    }
+  });
+  auto interval = [&] { return rt.stats().workers[0].global_queue_interval; };
+  // 500 polls: several maintenance ticks have published the interval (about 25 ms).
+  EXPECT_TRUE(eventually([&] { return rt.stats().workers[0].polls >= 500; }));
+  if (adaptive) {
+    EXPECT_TRUE(eventually([&] { return interval() <= 8; }, 2s)) << "interval " << interval();
+  }
+  const uint64_t last = interval();
+  stop.store(true);
+  return last;
+}
+
+TEST(Runtime, AdaptiveGlobalQueueIntervalFollowsPollTime) {
+  EXPECT_LE(interval_under_slow_polls(true), 8u);
+  EXPECT_EQ(interval_under_slow_polls(false), kDefaultGlobalQueueInterval);
+}
+
 TEST(Runtime, ExhaustedBudgetForcesYield) {
   // Two tasks on one worker complete notify waits without ever suspending (a permit is
   // always there). The budget forces each to yield after kDefaultCoopBudget operations,
