@@ -3,10 +3,11 @@
 // Each iteration ("tick"):
 //   1. Every event_interval ticks: poll the I/O driver without blocking (if no other
 //      worker holds it), publish stats, notice shutdown.
-//   2. next_task(): every global_queue_interval ticks the injection queue first (fairness:
-//      remote work cannot starve behind local ping-pong); otherwise the priority lane (at
-//      most kMaxPriorityStreak in a row while other work waits), LIFO slot, local queue,
-//      then a batch from the injection queue (its fair share, at most half our capacity).
+//   2. next_task(): every global_queue_interval ticks this worker's share of the injection
+//      queue first (fairness: remote work, and a local queue's overflow, cannot starve
+//      behind local ping-pong); otherwise the priority lane (at most kMaxPriorityStreak in
+//      a row while other work waits), LIFO slot, local queue, then that share of the
+//      injection queue (at most half our capacity).
 //   3. steal_work(): become a searcher (at most half the workers at once), steal half of a
 //      random victim's priority lane, else of its queue; finally look at the injection
 //      queue once more.

@@ -171,7 +171,7 @@ exec::Task<Handled> handle_request(Gateway& gw, const std::shared_ptr<const Snap
   // new requests (the priority lane, exec/context.h), so that under overload the permits
   // cycle at the upstream's pace instead of waiting behind the run queue. Without a
   // permit there is nothing to cycle: at 1,000 busy connections the lane only reordered
-  // work and overflowed into the injection queue (p99 x1.5).
+  // work and overflowed into the injection queue, where its tasks waited behind later ones.
   const bool holds_permit =
       std::any_of(std::begin(permits), std::end(permits), [](const exec::Semaphore::Permit& p) { return bool(p); });
   if (holds_permit) exec::set_current_task_priority(true);
