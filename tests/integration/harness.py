@@ -230,14 +230,25 @@ class Stealgate:
         assert status == 200
         return body.decode()
 
-    def metric(self, name, default=None, **labels):
-        """Value of the series `name` with `labels`. The metric must be exported (its
-        # TYPE line present), so a renamed metric fails every check on it; a missing label
-        set raises too, unless `default` is given (for counters exported only once non-zero)."""
+    def exported_metrics(self, name):
+        """The /metrics text, after checking that `name` is exported (its # TYPE line is
+        present), so a renamed metric fails every check on it."""
         text = self.metrics()
         base = re.sub(r"_(bucket|sum|count)$", "", name)
         if not re.search(rf"^# TYPE ({re.escape(name)}|{re.escape(base)}) ", text, re.M):
             raise AssertionError(f"metric {name} is not exported")
+        return text
+
+    def metric_sum(self, name):
+        """The sum of every labelled series of `name` (e.g. a counter per worker)."""
+        return sum(float(line.rsplit(" ", 1)[1]) for line in self.exported_metrics(name).splitlines()
+                   if line.startswith(name + "{"))
+
+    def metric(self, name, default=None, **labels):
+        """Value of the series `name` with `labels`. The metric must be exported
+        (exported_metrics); a missing label set raises too, unless `default` is given (for
+        counters exported only once non-zero)."""
+        text = self.exported_metrics(name)
         for line in text.splitlines():
             if not line.startswith(name + "{") and not line.startswith(name + " "):
                 continue

@@ -266,17 +266,13 @@ class PriorityLaneTest(GatewayCase):
     no limit there is nothing to cycle (at 1,000 busy connections it only reordered work
     and overflowed its 256 slots into the injection queue)."""
 
-    def priority_schedules(self, gw):
-        return sum(float(line.rsplit(" ", 1)[1]) for line in gw.metrics().splitlines()
-                   if line.startswith("stealgate_executor_priority_schedules_total{"))
-
     def schedules_for(self, requests, **limits):
         gw = self.gateway(limited_config(self.up, **limits))
-        before = self.priority_schedules(gw)
+        before = gw.metric_sum("stealgate_executor_priority_schedules_total")
         for _ in range(requests):
             status, _, _ = request_once(gw.port, "GET", "/slow?ms=1")
             self.assertEqual(status, 200)
-        return self.priority_schedules(gw) - before
+        return gw.metric_sum("stealgate_executor_priority_schedules_total") - before
 
     def test_requests_without_a_limit_stay_in_the_ordinary_lane(self):
         self.assertEqual(self.schedules_for(20, global_limit=0), 0)

@@ -69,8 +69,7 @@ class IoDriverTest(unittest.TestCase):
         sg.stop()
 
     def ring_ops(self, sg):
-        return sum(float(l.rsplit(" ", 1)[1]) for l in sg.metrics().splitlines()
-                   if l.startswith("stealgate_executor_io_uring_ops_in_flight{"))
+        return sg.metric_sum("stealgate_executor_io_uring_ops_in_flight")
 
     def test_ring_metrics_follow_waiting_sockets(self):
         # Each waiting socket holds one receive on a ring: 20 idle keep-alive connections add
