@@ -525,8 +525,7 @@ void Worker::park_blocking() {
 }
 
 void Worker::maintenance_tick() {
-  end_batch();
-  start_batch();
+  end_batch();  // (and starts the next)
   if (parker_.poll_driver(driver_budget())) ++counters_.driver_polls;
   driver_visit_tick_ = tick_;
   if (should_notify_others()) scheduler_->notify_parked();
@@ -572,13 +571,16 @@ void Worker::start_batch() {
   if (cfg_.adaptive_global_queue_interval) batch_started_ns_ = now_ns();
 }
 
+// Folds the batch's polls into the average; the next batch starts at the same reading
+// (a park or steal restarts it with start_batch).
 void Worker::end_batch() {
-  if (batch_polls_ == 0) return;
-  if (!cfg_.adaptive_global_queue_interval) {
+  if (batch_polls_ == 0 || !cfg_.adaptive_global_queue_interval) {
     batch_polls_ = 0;
     return;
   }
-  double elapsed = static_cast<double>(now_ns() - batch_started_ns_);
+  const uint64_t now = now_ns();
+  double elapsed = static_cast<double>(now - batch_started_ns_);
+  batch_started_ns_ = now;
   double polls = static_cast<double>(batch_polls_);
   double mean = elapsed / polls;
   // Weight the update by how many polls the batch held.
