@@ -118,6 +118,22 @@ class Upstream:
         raise RuntimeError("upstream could not restart")
 
 
+class RefusingAddress:
+    """A loopback address where every connect is refused, for as long as this object lives.
+
+    The port stays bound (not listening): a closed socket's port can be taken by any process
+    on the machine, and a test run in parallel once answered 404 on a "dead" upstream."""
+
+    def __init__(self):
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        self.port = self._sock.getsockname()[1]
+        self.address = f"127.0.0.1:{self.port}"
+
+    def close(self):
+        self._sock.close()
+
+
 def _place_fds(fds):
     """A preexec_fn that moves `fds` to 3, 4, ... in the child (via high numbers first, so
     that a descriptor already sitting in the target range is not overwritten early)."""

@@ -4,13 +4,12 @@ are allowed (and h2c that is not), HTAB as OWS in framing fields, the default li
 connect failures that cost nothing by default."""
 import os
 import re
-import socket
 import sys
 import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Client, Stealgate, Upstream, config, main  # noqa: E402
+from harness import Client, RefusingAddress, Stealgate, Upstream, config, main  # noqa: E402
 
 DENY_ROUTES = """  - name: deny-internal
     match: { path_prefix: /internal }
@@ -320,13 +319,9 @@ class FramingOwsAndLimitsTest(AppCase):
 
 class DeadEndpointTest(unittest.TestCase):
     def test_a_dead_endpoint_costs_nothing_without_retries_configured(self):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        dead = f"127.0.0.1:{s.getsockname()[1]}"
-        s.close()
-        good = Upstream("good")
+        dead, good = RefusingAddress(), Upstream("good")
         sg = Stealgate(config(
-            clusters=f"  - name: app\n    endpoints: [{dead}, {good.address}]\n",
+            clusters=f"  - name: app\n    endpoints: [{dead.address}, {good.address}]\n",
             routes="  - name: app\n    match: { path_prefix: / }\n    cluster: app\n"))
         try:
             c = Client(sg.port)
@@ -341,19 +336,12 @@ class DeadEndpointTest(unittest.TestCase):
         finally:
             sg.stop()
             good.stop()
+            dead.close()
 
     def test_every_endpoint_dead_is_a_502_after_trying_each_once(self):
-        addrs = []
-        socks = []
-        for _ in range(3):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-            addrs.append(f"127.0.0.1:{s.getsockname()[1]}")
-        for s in socks:
-            s.close()
+        dead = [RefusingAddress() for _ in range(3)]
         sg = Stealgate(config(
-            clusters=f"  - name: app\n    endpoints: [{', '.join(addrs)}]\n"
+            clusters=f"  - name: app\n    endpoints: [{', '.join(d.address for d in dead)}]\n"
                      "    outlier_detection: { consecutive_failures: 0 }\n",
             routes="  - name: app\n    match: { path_prefix: / }\n    cluster: app\n"))
         try:
@@ -363,6 +351,8 @@ class DeadEndpointTest(unittest.TestCase):
             sg.wait_log(r"attempts=3")
         finally:
             sg.stop()
+            for d in dead:
+                d.close()
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import NOT_IN_THIS_BUILD, TIMEOUT_SCALE, TLS_MODE, Client, Stealgate, Upstream, config, main, request_once, sanitized_binary  # noqa: E402
+from harness import NOT_IN_THIS_BUILD, TIMEOUT_SCALE, TLS_MODE, Client, RefusingAddress, Stealgate, Upstream, config, main, request_once, sanitized_binary  # noqa: E402
 
 
 def routes_for(cluster="app", timeout="2s", extra=""):
@@ -326,13 +326,10 @@ class UpstreamFaultTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.up = Upstream("faulty")
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        cls.dead_port = s.getsockname()[1]
-        s.close()
+        cls.dead = RefusingAddress()
         cls.sg = Stealgate(config(
             clusters=f"  - name: app\n    endpoints: [{cls.up.address}]\n    outlier_detection: {{ consecutive_failures: 0 }}\n"
-                     f"  - name: dead\n    endpoints: [127.0.0.1:{cls.dead_port}]\n",
+                     f"  - name: dead\n    endpoints: [{cls.dead.address}]\n",
             routes="""  - name: dead
     match: { path_prefix: /dead }
     cluster: dead
@@ -346,6 +343,7 @@ class UpstreamFaultTest(unittest.TestCase):
     def tearDownClass(cls):
         cls.sg.stop()
         cls.up.stop()
+        cls.dead.close()
 
     def test_connection_refused_is_502(self):
         status, headers, body = request_once(self.sg.port, "GET", "/dead")

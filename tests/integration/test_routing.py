@@ -2,14 +2,13 @@
 through the real binary with YAML configs and real upstream processes."""
 import collections
 import os
-import socket
 import sys
 import threading
 import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import TIMEOUT_SCALE, Client, Stealgate, Upstream, config, main, request_once  # noqa: E402
+from harness import TIMEOUT_SCALE, Client, RefusingAddress, Stealgate, Upstream, config, main, request_once  # noqa: E402
 
 
 def direct(name, match, extra=""):
@@ -27,14 +26,6 @@ def hit(port, path="/", host="test.local", method="GET", headers=None, body=b"")
 def upstream_of(port, path="/", **kw):
     status, hdrs, _ = hit(port, path, **kw)
     return status, hdrs.get("x-upstream")
-
-
-def dead_address():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return f"127.0.0.1:{port}"
 
 
 class MatchersTest(unittest.TestCase):
@@ -310,14 +301,14 @@ class RetryTest(unittest.TestCase):
             routes=f"  - name: app\n    match: {{ path_prefix: / }}\n    cluster: app\n    retries: {retries}\n")
 
     def test_connect_failures_are_retried_on_another_endpoint(self):
-        good = Upstream("good")
-        sg = Stealgate(self.cfg(f"{dead_address()}, {good.address}", "{ attempts: 2, on: [connect_failure] }"))
+        good, dead = Upstream("good"), RefusingAddress()
+        sg = Stealgate(self.cfg(f"{dead.address}, {good.address}", "{ attempts: 2, on: [connect_failure] }"))
         try:
             c = Client(sg.port)
             self.assertEqual([c.request("POST", "/", body=b"data").status for _ in range(10)], [200] * 10)
             self.assertGreaterEqual(sg.metric("stealgate_upstream_retries_total", cluster="app"), 4)
         finally:
-            sg.stop(), good.stop()
+            sg.stop(), good.stop(), dead.close()
 
     def test_5xx_retried_for_idempotent_requests_only(self):
         bad, good = Upstream("bad", fail_status=503), Upstream("good")
