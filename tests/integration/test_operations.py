@@ -15,7 +15,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import TIMEOUT_SCALE, BIN, Client, Stealgate, Upstream, config, listening_sockets, main, request_once  # noqa: E402
+from harness import TIMEOUT_SCALE, BIN, Client, RefusingAddress, Stealgate, Upstream, config, listening_sockets, main, request_once  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 
@@ -332,15 +332,13 @@ class AccessLogTest(unittest.TestCase):
     def test_json_access_log_to_file_reopened_on_sigusr1(self):
         d = tempfile.mkdtemp()
         log = os.path.join(d, "access.log")
-        closed = socket.socket()  # bound, never listening: connections to it are refused
-        closed.bind(("127.0.0.1", 0))
-        self.addCleanup(closed.close)
-        dead = closed.getsockname()[1]
+        dead = RefusingAddress()
+        self.addCleanup(dead.close)
         sg = Stealgate(config(
             routes="  - name: dead\n    match: { path: /dead }\n    cluster: dead\n"
                    "  - name: hello\n    match: { path_prefix: /, methods: [GET] }\n"
                    "    direct_response: { status: 201, body: hi }\n",
-            clusters=f"  - name: dead\n    endpoints: [127.0.0.1:{dead}]\n",
+            clusters=f"  - name: dead\n    endpoints: [{dead.address}]\n",
             logging=f"format: json\n  access_log: {{ enabled: true, path: {log}, format: json }}"))
         request_once(sg.port, "GET", "/first?q=1", headers=[("X-Request-Id", "req-1")])
         deadline = time.time() + 5
