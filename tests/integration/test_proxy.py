@@ -497,10 +497,21 @@ class IdleConnectionMemoryTest(unittest.TestCase):
         before = rss_kib()
         freed = reclaimed_bytes()
         peak = spike()
-        after = rss_kib()
         added = peak - before
         self.assertGreater(added, 0)
         self.assertGreater(reclaimed_bytes(), freed)
+        # A /metrics scrape (reclaims() above) leaves a few hundred KiB of malloc's free chunks
+        # touched, and an admin request is not work: it does not bring on a reclaim that would
+        # trim them (kept up to 55% when the last reclaim came before the last scrape). One
+        # request after the last scrape does; then watch the RSS alone fall.
+        c = Client(sg.port)
+        self.assertEqual(c.request("GET", "/x").status, 200)
+        c.close()
+        deadline = time.time() + 5 * TIMEOUT_SCALE
+        after = rss_kib()
+        while after - before >= added / 2 and time.time() < deadline:
+            time.sleep(0.1)
+            after = rss_kib()
         self.assertLess(after - before, added / 2,
                         f"RSS before {before} KiB, with {n} connections {peak} KiB, after they closed {after} KiB")
 
