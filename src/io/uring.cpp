@@ -15,8 +15,14 @@
 
 #include "exec/alloc.h"
 #include "exec/context.h"
+#include "io/uring_send.h"
 
 namespace sg::io {
+
+using uring_send::background;
+using uring_send::BackgroundSend;
+using uring_send::kLingerCheck;
+using uring_send::leave_slot_locked;
 
 namespace {
 
@@ -43,39 +49,6 @@ struct AcceptQueue {
 };
 
 AcceptQueue& accept_queue(UringOp* op) { return *reinterpret_cast<AcceptQueue*>(op + 1); }
-
-// What follows a background send, before its bytes. The ring's thread alone writes it
-// after the start (a reader on another thread sees it through `completed`).
-struct BackgroundSend {
-  int fd = -1;
-  uint32_t size = 0;  // bytes to send
-  uint32_t sent = 0;  // bytes the kernel took so far
-  uint32_t eagain_resends = 0;
-  // Lingering (close_after_send): its socket is closed, and `fd` is closed once the send
-  // has finished, or cancelled at `deadline_ns` (steady clock).
-  bool lingering = false;
-  bool cancel_sent = false;
-  int64_t deadline_ns = 0;
-  std::string tail;
-  // The socket slot that holds the send (Socket::send_slot), under the operation's lock;
-  // null once disowned.
-  std::atomic<UringOp*>* owner = nullptr;
-};
-
-BackgroundSend& background(UringOp* op) { return *reinterpret_cast<BackgroundSend*>(op + 1); }
-const BackgroundSend& background(const UringOp* op) { return *reinterpret_cast<const BackgroundSend*>(op + 1); }
-char* background_bytes(UringOp* op) { return reinterpret_cast<char*>(&background(op) + 1); }
-
-// A write without a deadline lingers this long at most once its socket is closed.
-constexpr auto kMaxLinger = std::chrono::seconds(60);
-// An EAGAIN completion (io-wq under memory pressure) is resent this many times at most.
-constexpr uint32_t kMaxEagainResends = 8;
-// While sends linger, a park wakes at least this often to cancel those past their deadline.
-constexpr std::chrono::milliseconds kLingerCheck{250};
-
-int64_t steady_ns(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
-}
 
 UringOp* new_op(std::size_t extra = 0) {
   void* p = exec::task_alloc(sizeof(UringOp) + extra);
@@ -299,196 +272,6 @@ UringOp* UringDriver::start_receive(int fd, exec::Waker w, std::size_t tag) {
   e->buf_group = kBufferGroup;
   io_uring_sqe_set_data(e, op);
   return op;
-}
-
-void UringDriver::start_background_send(int fd, std::span<const std::string_view> bufs,
-                                        std::chrono::steady_clock::time_point deadline,
-                                        std::atomic<UringOp*>& slot) {
-  std::size_t n = 0;
-  for (std::string_view b : bufs) n += b.size();
-  n = std::min(n, kMaxSend);
-  UringOp* op = new_waited_op(sizeof(BackgroundSend) + n, {}, 0);
-  op->background = true;
-  auto* b = new (op + 1) BackgroundSend();
-  b->fd = fd;
-  b->size = static_cast<uint32_t>(n);
-  b->owner = &slot;
-  // (A write nearly always has a deadline: no clock read per send for the cap.)
-  const bool capped = deadline == std::chrono::steady_clock::time_point::max();
-  b->deadline_ns = steady_ns(capped ? std::chrono::steady_clock::now() + kMaxLinger : deadline);
-  char* data = background_bytes(op);
-  for (std::size_t i = 0, at = 0; at < n; ++i) {
-    const std::size_t k = std::min(bufs[i].size(), n - at);
-    std::memcpy(data + at, bufs[i].data(), k);
-    at += k;
-  }
-  io_uring_sqe* e = sqe();
-  // MSG_WAITALL: the kernel retries a partial send itself (the ring resends what it
-  // still leaves, resend_rest).
-  io_uring_prep_send(e, fd, data, n, MSG_NOSIGNAL | MSG_WAITALL);
-  io_uring_sqe_set_data(e, op);
-  // (Its completion is reaped by this thread, after this store.)
-  slot.store(op, std::memory_order_release);
-}
-
-std::error_code background_send_result(const UringOp* op) noexcept {
-  if (op->res < 0) return {-op->res, std::system_category()};
-  if (static_cast<uint32_t>(op->res) != background(op).size) return std::make_error_code(std::errc::broken_pipe);
-  return {};
-}
-
-void abandon_send(UringOp* op) noexcept {
-  {
-    std::lock_guard lk(op->lock);
-    op->abandoned = true;  // a short completion from now on is final
-    background(op).owner = nullptr;
-  }
-  cancel_and_release(op);
-}
-
-void disown_send(UringOp* op) noexcept {
-  std::lock_guard lk(op->lock);
-  background(op).owner = nullptr;
-}
-
-void move_send(UringOp* op, std::atomic<UringOp*>* slot) noexcept {
-  // Under the lock: a completion that read the old slot has finished with it (its
-  // compare-exchange there failed: the slot was empty once we took the send out).
-  std::lock_guard lk(op->lock);
-  background(op).owner = slot;
-  slot->store(op, std::memory_order_release);
-}
-
-namespace {
-
-// A send that went out whole leaves its socket's slot at once (the caller then drops the
-// socket's reference too). Under op->lock, before `completed` is published: a socket
-// that sees it completed may go away, and this must not look at its slot then. The
-// exchange fails when the socket took the send out first (its write, flush or close).
-bool leave_slot_locked(UringOp* op) noexcept {
-  BackgroundSend& b = background(op);
-  if (b.owner == nullptr || op->res != static_cast<int>(b.size)) return false;
-  UringOp* expected = op;
-  if (!b.owner->compare_exchange_strong(expected, nullptr, std::memory_order_acq_rel, std::memory_order_relaxed)) return false;
-  b.owner = nullptr;
-  return true;
-}
-
-}  // namespace
-
-bool UringDriver::resend_rest(UringOp* op, int res) {
-  BackgroundSend& b = background(op);
-  if (res > 0) b.sent += static_cast<uint32_t>(res);
-  const bool again = (res > 0 && b.sent < b.size) || (res == -EAGAIN && ++b.eagain_resends <= kMaxEagainResends);
-  bool abandoned;
-  {
-    std::lock_guard lk(op->lock);
-    abandoned = op->abandoned;
-  }
-  // An abandon after this check (from another thread: on this one it cannot come
-  // between) queues its cancel to this ring, which submits it after the resubmission and
-  // so finds it: a cancel names the operation, not one submission of it.
-  if (again && !abandoned) {
-    io_uring_sqe* e = sqe();
-    io_uring_prep_send(e, b.fd, background_bytes(op) + b.sent, b.size - b.sent, MSG_NOSIGNAL | MSG_WAITALL);
-    io_uring_sqe_set_data(e, op);
-    return true;
-  }
-  // Final: the bytes sent (short: failed), or the error.
-  op->res = res < 0 ? res : static_cast<int>(b.sent);
-  return false;
-}
-
-void close_after_send(UringOp* send, UringOp* recv, std::string tail) noexcept {
-  // The receive's ring first, when there is one: its cancel must reach the kernel before
-  // anything closes the descriptor.
-  UringDriver* ring = recv != nullptr ? recv->ring : send->ring;
-  if (ring->on_ring_thread()) ring->linger(send, recv, std::move(tail));
-  else ring->queue_remote_linger(send, recv, std::move(tail));
-}
-
-void UringDriver::linger(UringOp* send, UringOp* recv, std::string tail) {
-  if (recv != nullptr) {
-    if (!recv->completed.load(std::memory_order_acquire)) {
-      cancels_.fetch_add(1, std::memory_order_relaxed);
-      submit_cancel(recv);
-    }
-    release(recv);
-  }
-  if (send->ring != this) {
-    handing_over_.push_back({send, std::move(tail)});  // after our next submit
-    return;
-  }
-  BackgroundSend& b = background(send);
-  b.tail = std::move(tail);
-  b.lingering = true;
-  if (send->completed.load(std::memory_order_acquire)) {
-    finish_lingering(send);  // (it completed since the socket looked)
-    release(send);
-    return;
-  }
-  lingering_.push_back(send);  // with the socket's reference
-}
-
-void UringDriver::queue_remote_linger(UringOp* send, UringOp* recv, std::string tail) {
-  if (shut_down_.load(std::memory_order_acquire)) {
-    // Every operation has completed (cancel_everything): nothing can name fd any more.
-    ::close(background(send).fd);
-    if (recv != nullptr) release(recv);
-    release(send);
-    return;
-  }
-  {
-    std::lock_guard lk(remote_mu_);
-    remote_cancels_.push_back({recv, -1, send, std::move(tail)});
-  }
-  has_remote_.store(true, std::memory_order_release);
-  unpark();
-}
-
-void UringDriver::hand_over_lingering() {
-  if (handing_over_.empty()) return;
-  for (HandOver& h : handing_over_) {
-    UringDriver* ring = h.send->ring;
-    ring->queue_remote_linger(h.send, nullptr, std::move(h.tail));
-  }
-  handing_over_.clear();
-}
-
-void UringDriver::finish_lingering(UringOp* op) {
-  BackgroundSend& b = background(op);
-  if (b.fd < 0) return;
-  if (!b.tail.empty() && op->res == static_cast<int>(b.size)) {
-    (void)::send(b.fd, b.tail.data(), b.tail.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
-  }
-  // A submission: the receive's cancel, queued before, reaches the kernel first.
-  if (!close_later(b.fd)) ::close(b.fd);
-  b.fd = -1;
-}
-
-void UringDriver::sweep_lingering() {
-  if (lingering_.empty()) return;
-  const int64_t now = steady_ns(std::chrono::steady_clock::now());
-  for (std::size_t i = 0; i < lingering_.size();) {
-    UringOp* op = lingering_[i];
-    if (op->completed.load(std::memory_order_acquire)) {  // finish_lingering has run
-      release(op);
-      lingering_[i] = lingering_.back();
-      lingering_.pop_back();
-      continue;
-    }
-    BackgroundSend& b = background(op);
-    if (!b.cancel_sent && now >= b.deadline_ns) {
-      b.cancel_sent = true;
-      {
-        std::lock_guard lk(op->lock);
-        op->abandoned = true;
-      }
-      cancels_.fetch_add(1, std::memory_order_relaxed);
-      submit_cancel(op);  // its completion (ECANCELED, or what it sent) closes fd
-    }
-    ++i;
-  }
 }
 
 UringOp* UringDriver::start_connect(int fd, const sockaddr* addr, socklen_t len, exec::Waker w, std::size_t tag) {
