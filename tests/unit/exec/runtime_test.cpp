@@ -303,6 +303,33 @@ TEST(Runtime, InjectedBacklogDrainsInOneTurnWhileALocalTaskHogs) {
   EXPECT_LT(last_ran_at.load() - queued_at, 4u * kDefaultGlobalQueueInterval + 2u * kBacklog);
 }
 
+TEST(Runtime, YieldersBeyondOneQueueDoNotChurnThroughTheInjectionQueue) {
+  // More yielding tasks than a local queue holds: the rest wait in the injection queue. Its
+  // periodic turn fills the local queue to half at most: filled to the brim, the running
+  // task's next yield overflowed it, and 128 tasks went back through the injection queue's
+  // lock at every turn (yield_many's throughput halved).
+  Runtime rt(workers(1));
+  constexpr int kTasks = 600;
+  constexpr int kYields = 100;
+  std::atomic<int> done{0};
+  rt.spawn_detached([&]() -> Task<void> {
+    for (int i = 0; i < kTasks; ++i) {
+      spawn_detached([&]() -> Task<void> {
+        for (int y = 0; y < kYields; ++y) co_await yield_now();
+        done.fetch_add(1);
+      });
+    }
+    co_return;
+  });
+  ASSERT_TRUE(eventually([&] { return done.load() == kTasks; }, 20s));
+  ASSERT_TRUE(eventually([&] { return rt.stats().total().polls >= uint64_t{kTasks} * kYields; }));
+  const WorkerCounters total = rt.stats().total();
+  const uint64_t turns = total.polls / kDefaultGlobalQueueInterval;  // about 1,000
+  // The spawns overflow a few times; then about one overflow per 128 turns (the queue
+  // grows by the one task each turn takes). One per turn before.
+  EXPECT_LT(total.overflows, turns / 20) << "turns " << turns;
+}
+
 // Polls of about 50 us each: the adaptive interval comes down from 61 toward 200 us / 50 us
 // = 4 injection-queue turns; the fixed one stays where it was configured.
 uint64_t interval_under_slow_polls(bool adaptive) {
