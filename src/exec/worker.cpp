@@ -7,7 +7,7 @@
 //      queue first (fairness: remote work, and a local queue's overflow, cannot starve
 //      behind local ping-pong); otherwise the priority lane (at most kMaxPriorityStreak in
 //      a row while other work waits), LIFO slot, local queue, then that share of the
-//      injection queue (at most half our capacity).
+//      injection queue (enough to fill the local queue to half, at least one task).
 //   3. steal_work(): become a searcher (at most half the workers at once), steal half of a
 //      random victim's priority lane, else of its queue; finally look at the injection
 //      queue once more.
@@ -24,9 +24,10 @@
 // this worker (its parker, not the idle protocol: like an I/O completion, the work is for
 // this worker only). next_task() takes pinned tasks after the local queue (before the
 // injection queue, stealing or parking) and first once per global_queue_interval (half an
-// interval after the injection queue's turn), so a busy local queue cannot starve them. When the worker stops, it drops its queued pinned tasks itself,
-// in queue order; pinned tasks woken after that (by the runtime's shutdown) are dropped by
-// the scheduler's drains, after this thread was joined.
+// interval after the injection queue's turn), so a busy local queue cannot starve them.
+// When the worker stops, it drops its queued pinned tasks itself, in queue order; pinned
+// tasks woken after that (by the runtime's shutdown) are dropped by the scheduler's
+// drains, after this thread was joined.
 #include "exec/worker.h"
 
 #include <pthread.h>
