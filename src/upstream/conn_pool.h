@@ -39,9 +39,11 @@
 
 namespace sg::upstream {
 
+// Filled from the cluster's config (clusters[].max_idle_per_endpoint and idle_timeout),
+// which holds the defaults: none here to drift from them (zero keeps nothing idle).
 struct PoolOptions {
-  std::size_t max_idle = 1024;
-  std::chrono::milliseconds idle_timeout{60'000};
+  std::size_t max_idle{};
+  std::chrono::milliseconds idle_timeout{};
   std::size_t workers = 1;  // the runtime's worker threads: one idle list each
 };
 
