@@ -20,6 +20,7 @@
 #include "app/upgrade.h"
 #include "common/log.h"
 #include "config/loader.h"
+#include "exec/reclaim.h"
 #include "io/inherited.h"
 #include "io/openssl_memory.h"
 #include "io/runtime.h"
@@ -370,6 +371,7 @@ int main(int argc, char** argv) {
       std::cout << config::config_reference();
       return 0;
     case app::Options::Mode::kRun:
+      exec::fix_malloc_mmap_threshold();  // before the workers' arenas exist
       break;
   }
   return run(opts, std::vector<std::string>(argv, argv + argc), openssl_hooks);

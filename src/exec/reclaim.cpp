@@ -3,6 +3,9 @@
 #include <malloc.h>
 
 #include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <vector>
 
@@ -37,16 +40,36 @@ std::size_t reclaim_thread_memory() noexcept {
   return freed + task_cache_trim();
 }
 
-void release_free_pages() noexcept {
-  // Two workers going quiet together queue two of these: one walk is enough.
-  static std::atomic<bool> running{false};
-  if (running.exchange(true, std::memory_order_acquire)) return;
+bool fix_malloc_mmap_threshold() noexcept {
 #if defined(__GLIBC__)
-  // Freed chunks in the middle of the heap stay resident until trimmed: free() gives
-  // back only the top of the heap.
-  malloc_trim(0);
+  // An operator's own setting (MALLOC_MMAP_THRESHOLD_ or GLIBC_TUNABLES) wins.
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  if (std::getenv("MALLOC_MMAP_THRESHOLD_") != nullptr ||
+      (tunables != nullptr && std::strstr(tunables, "mmap_threshold") != nullptr))
+    return false;
+  return mallopt(M_MMAP_THRESHOLD, static_cast<int>(kMallocMmapThreshold)) == 1;
+#else
+  return false;
 #endif
-  running.store(false, std::memory_order_release);
+}
+
+void release_free_pages() noexcept {
+  // Walks asked for while one runs fold into one more walk after it: a worker whose
+  // caches were emptied after the running walk passed its arena must still see them go.
+  // acq_rel: a walk that starts after a request sees the frees made before the request.
+  static std::atomic<uint32_t> requested{0};
+  uint32_t covered = 1;
+  if (requested.fetch_add(1, std::memory_order_acq_rel) != 0) return;  // the running walk repeats
+  for (;;) {
+#if defined(__GLIBC__)
+    // Freed chunks in the middle of the heap stay resident until trimmed: free() gives
+    // back only the top of the heap.
+    malloc_trim(0);
+#endif
+    const uint32_t before = requested.fetch_sub(covered, std::memory_order_acq_rel);
+    if (before == covered) return;
+    covered = before - covered;
+  }
 }
 
 }  // namespace sg::exec

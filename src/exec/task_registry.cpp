@@ -172,4 +172,13 @@ std::vector<TaskInfo> TaskRegistry::snapshot(uint64_t now) const {
   return out;
 }
 
+std::array<uint64_t, kTaskKinds> TaskRegistry::count_by_kind() const {
+  std::array<uint64_t, kTaskKinds> by_kind{};
+  for (std::size_t i = 0; i < n_; ++i) {
+    std::lock_guard lk(shards_[i].lock);  // rename() changes a record's kind under it
+    for (const TaskDiag* d = shards_[i].head; d != nullptr; d = d->next) ++by_kind[static_cast<std::size_t>(d->kind)];
+  }
+  return by_kind;
+}
+
 }  // namespace sg::exec

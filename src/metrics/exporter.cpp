@@ -155,8 +155,7 @@ void executor_families(Families& fs, const exec::RuntimeStats& st) {
 // Live tasks by kind (with runtime.task_diagnostics; absent without).
 void task_families(Families& fs, const exec::Scheduler& s) {
   if (!s.config().task_diagnostics) return;
-  std::array<uint64_t, exec::kTaskKinds> by_kind{};
-  for (const auto& t : s.tasks().snapshot(exec::now_ns())) ++by_kind[static_cast<std::size_t>(t.kind)];
+  const std::array<uint64_t, exec::kTaskKinds> by_kind = s.tasks().count_by_kind();
   auto& f = fs.family("stealgate_executor_tasks", "Live tasks by kind.", MetricType::Gauge);
   for (std::size_t k = 0; k < exec::kTaskKinds; ++k) {
     Families::add(f, {{"kind", exec::task_kind_name(static_cast<exec::TaskKind>(k))}}, static_cast<double>(by_kind[k]));

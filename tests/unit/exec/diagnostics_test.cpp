@@ -54,6 +54,25 @@ TEST(TaskDiagnostics, ALabelledTaskIsListedWhileItLivesAndGoneAfter) {
   EXPECT_TRUE(eventually([&] { return !find_task(rt, "client 1").has_value(); }));
 }
 
+TEST(TaskDiagnostics, LiveTasksAreCountedByKindAndUncountedWhenGone) {
+  Runtime rt(workers_with_diagnostics(2));
+  TaskRegistry& tasks = rt.handle().scheduler()->tasks();
+  const auto connections = [&] { return tasks.count_by_kind()[static_cast<std::size_t>(TaskKind::kConnection)]; };
+  const auto admin = [&] { return tasks.count_by_kind()[static_cast<std::size_t>(TaskKind::kAdmin)]; };
+  const uint64_t connections_before = connections(), admin_before = admin();
+  Notify go;
+  std::vector<JoinHandle<void>> hs;
+  for (int i = 0; i < 3; ++i) hs.push_back(rt.spawn([&]() -> Task<void> { co_await go.notified(); }, {TaskKind::kConnection, "c"}));
+  hs.push_back(rt.spawn([&]() -> Task<void> { co_await go.notified(); }, {TaskKind::kAdmin, "a"}));
+  ASSERT_TRUE(eventually([&] { return go.waiter_count() == 4; }));
+  EXPECT_EQ(connections(), connections_before + 3);
+  EXPECT_EQ(admin(), admin_before + 1);
+  for (std::size_t i = 0; i < hs.size(); ++i) go.notify_one();
+  for (auto& h : hs) h.wait();
+  hs.clear();
+  EXPECT_TRUE(eventually([&] { return connections() == connections_before && admin() == admin_before; }));
+}
+
 TEST(TaskDiagnostics, CountsPollsAndWakesBySource) {
   Runtime rt(workers_with_diagnostics(1));
   Notify go;
