@@ -2,14 +2,13 @@
 
 #include <malloc.h>
 
-#include <atomic>
-#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <vector>
 
 #include "exec/alloc.h"
+#include "exec/coalesced_run.h"
 
 namespace sg::exec {
 
@@ -54,22 +53,16 @@ bool fix_malloc_mmap_threshold() noexcept {
 }
 
 void release_free_pages() noexcept {
-  // Walks asked for while one runs fold into one more walk after it: a worker whose
-  // caches were emptied after the running walk passed its arena must still see them go.
-  // acq_rel: a walk that starts after a request sees the frees made before the request.
-  static std::atomic<uint32_t> requested{0};
-  uint32_t covered = 1;
-  if (requested.fetch_add(1, std::memory_order_acq_rel) != 0) return;  // the running walk repeats
-  for (;;) {
+  // Two workers going quiet together ask twice: one walk after both is enough, but a walk
+  // already past one worker's arena when that worker freed its caches is not.
+  static CoalescedRun walks;
+  walks.request([] {
 #if defined(__GLIBC__)
     // Freed chunks in the middle of the heap stay resident until trimmed: free() gives
     // back only the top of the heap.
     malloc_trim(0);
 #endif
-    const uint32_t before = requested.fetch_sub(covered, std::memory_order_acq_rel);
-    if (before == covered) return;
-    covered = before - covered;
-  }
+  });
 }
 
 }  // namespace sg::exec
