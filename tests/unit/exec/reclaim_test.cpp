@@ -8,11 +8,13 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 #include <vector>
 
 #include "exec/coalesced_run.h"
 #include "exec/notify.h"
+#include "exec/reclaim.h"
 #include "exec/runtime.h"
 #include "exec/timers.h"
 #include "../../support/eventually.h"
@@ -103,6 +105,25 @@ TEST(IdleReclaim, ZeroTurnsItOff) {
   spike(rt);
   std::this_thread::sleep_for(200ms);
   EXPECT_EQ(rt.stats().total().memory_reclaims, 0u);
+}
+
+// The fixed mmap threshold yields to an operator's own malloc setting.
+TEST(MallocThreshold, IsFixedUnlessTheEnvironmentSetsIt) {
+#if defined(__GLIBC__)
+  ::unsetenv("MALLOC_MMAP_THRESHOLD_");
+  ::unsetenv("GLIBC_TUNABLES");
+  EXPECT_TRUE(fix_malloc_mmap_threshold());
+  ::setenv("GLIBC_TUNABLES", "glibc.malloc.tcache_count=0", 1);  // another tunable: still fixed
+  EXPECT_TRUE(fix_malloc_mmap_threshold());
+  ::setenv("GLIBC_TUNABLES", "glibc.malloc.mmap_threshold=262144", 1);
+  EXPECT_FALSE(fix_malloc_mmap_threshold());
+  ::unsetenv("GLIBC_TUNABLES");
+  ::setenv("MALLOC_MMAP_THRESHOLD_", "262144", 1);
+  EXPECT_FALSE(fix_malloc_mmap_threshold());
+  ::unsetenv("MALLOC_MMAP_THRESHOLD_");
+#else
+  EXPECT_FALSE(fix_malloc_mmap_threshold());
+#endif
 }
 
 // The case that matters, made deterministic: a request arrives while a walk is under
