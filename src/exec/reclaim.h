@@ -41,13 +41,13 @@ inline constexpr std::size_t kMallocMmapThreshold = 128 * 1024;
 
 // Fixes glibc's mmap threshold at kMallocMmapThreshold (its initial value) for the life
 // of the process. Why: glibc raises the threshold to the size of each large mmapped block
-// freed, after which a large transient buffer (a /metrics text of a few hundred KiB) is
-// carved from a worker's arena instead. Freed, it joins the top of that arena, and
-// malloc_trim returns the top of the main arena only: a scrape left ~480 KiB resident
-// per worker arena for good (measured: 33-55% of a spike's memory seemingly kept; 0-3%
-// with the threshold fixed). Nothing on the request path asks for 128 KiB or more (read
-// buffers are 4 KiB and 64 KiB). Returns false where the operator set the threshold
-// (MALLOC_MMAP_THRESHOLD_, GLIBC_TUNABLES) or the C library is not glibc.
+// freed (a /metrics scrape that copied 2,000 live task records freed 288 KiB), after which
+// transient buffers up to that size are carved from a worker's arena instead. Freed, they
+// join the top of that arena, and malloc_trim returns the top of the main arena only: ~480
+// KiB stayed resident per worker arena for good (an RSS test kept 33-55% of a spike of
+// connections; -4 to 9% with the threshold fixed). Nothing on the request path asks for
+// 128 KiB or more (read buffers are 4 KiB and 64 KiB). Returns false where the operator set
+// the threshold (MALLOC_MMAP_THRESHOLD_, GLIBC_TUNABLES) or the C library is not glibc.
 bool fix_malloc_mmap_threshold() noexcept;
 
 }  // namespace sg::exec
