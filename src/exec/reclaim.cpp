@@ -39,13 +39,15 @@ std::size_t reclaim_thread_memory() noexcept {
   return freed + task_cache_trim();
 }
 
+bool malloc_threshold_set_by_environment() noexcept {
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  return std::getenv("MALLOC_MMAP_THRESHOLD_") != nullptr ||
+         (tunables != nullptr && std::strstr(tunables, "mmap_threshold") != nullptr);
+}
+
 bool fix_malloc_mmap_threshold() noexcept {
 #if defined(__GLIBC__)
-  // An operator's own setting (MALLOC_MMAP_THRESHOLD_ or GLIBC_TUNABLES) wins.
-  const char* tunables = std::getenv("GLIBC_TUNABLES");
-  if (std::getenv("MALLOC_MMAP_THRESHOLD_") != nullptr ||
-      (tunables != nullptr && std::strstr(tunables, "mmap_threshold") != nullptr))
-    return false;
+  if (malloc_threshold_set_by_environment()) return false;  // the operator's setting wins
   return mallopt(M_MMAP_THRESHOLD, static_cast<int>(kMallocMmapThreshold)) == 1;
 #else
   return false;

@@ -47,7 +47,12 @@ inline constexpr std::size_t kMallocMmapThreshold = 128 * 1024;
 // KiB stayed resident per worker arena for good (an RSS test kept 33-55% of a spike of
 // connections; -4 to 9% with the threshold fixed). Nothing on the request path asks for
 // 128 KiB or more (read buffers are 4 KiB and 64 KiB). Returns false where the operator set
-// the threshold (MALLOC_MMAP_THRESHOLD_, GLIBC_TUNABLES) or the C library is not glibc.
+// the threshold (malloc_threshold_set_by_environment), the C library is not glibc, or its
+// malloc was replaced (AddressSanitizer's mallopt sets nothing).
 bool fix_malloc_mmap_threshold() noexcept;
+
+// True when the environment sets glibc's mmap threshold: MALLOC_MMAP_THRESHOLD_, or a
+// GLIBC_TUNABLES naming glibc.malloc.mmap_threshold.
+bool malloc_threshold_set_by_environment() noexcept;
 
 }  // namespace sg::exec
