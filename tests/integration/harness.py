@@ -238,6 +238,12 @@ class Stealgate:
                     return int(line.split()[1])
         return 0
 
+    def cpu_seconds(self):
+        """User + system CPU time of the stealgate process so far, from /proc (10 ms ticks)."""
+        with open(f"/proc/{self.proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()  # after the name: state is field 3
+        return (int(fields[14 - 3]) + int(fields[15 - 3])) / os.sysconf("SC_CLK_TCK")
+
     def admin_get(self, path):
         return request_once(self.admin_port, "GET", path)
 
