@@ -274,10 +274,14 @@ TaskHeader* Worker::take_injected_batch() {
   // sends half of itself back. 1,000 yielding tasks on 2 workers did that at every turn,
   // 255 tasks through the injection queue's lock per 61 polls: yield_many fell from 30 to
   // 16 M polls/s. Above half, one task per turn (Tokio's rule) still bounds the wait.
+  // The first task taken is returned, not queued, so the rest must also fit the free
+  // slots: len() leaves out the slots a thief has claimed and not yet copied (a stalled
+  // steal), which stay occupied until it finishes (a TSan stress run hit the assertion).
   constexpr std::size_t kHalf = LocalQueue<TaskHeader>::kCapacity / 2;
   const std::size_t queued = run_queue_.len();
   const std::size_t cap = queued < kHalf ? kHalf - queued : 0;
-  std::size_t n = std::min(inject.len() / scheduler_->num_workers() + 1, cap);
+  std::size_t n = std::min({inject.len() / scheduler_->num_workers() + 1, cap,
+                            std::size_t{run_queue_.remaining_slots()} + 1});
   n = std::max<std::size_t>(n, 1);
   TaskHeader* batch[LocalQueue<TaskHeader>::kCapacity / 2];
   std::size_t got = inject.pop_n(batch, n);
