@@ -297,7 +297,7 @@ struct Fields {
   }
 
   // A list of mappings. `from_scalar` reads an item written as one word (an endpoint's
-  // "host:port"); `empty_error`, when set, refuses an absent or empty list.
+  // "host:port"); `empty_error`, when set, refuses an absent, null or empty list.
   template <class Get, class Item>
   static F list(std::string key, Get get, const Table<Item>& table, std::string doc, std::string empty_error = "",
                 std::type_identity_t<std::function<bool(Ctx&, const YAML::Node&, const std::string&, Item&)>> from_scalar = nullptr,
@@ -305,8 +305,10 @@ struct Fields {
     return F{key, std::move(doc), "", false,
              [=, t = &table](const MapView& m, S& s) {
                YAML::Node n = m.get(key);
-               if (!empty_error.empty() && (!n.IsDefined() || (n.IsSequence() && n.size() == 0))) {
-                 m.ctx().error(n.IsDefined() ? n : m.node(), m.path(key), empty_error);
+               // `key:` with nothing after it is a null node: as empty as `[]`, not absent-and-fine.
+               const bool empty = !n.IsDefined() || n.IsNull() || (n.IsSequence() && n.size() == 0);
+               if (!empty_error.empty() && empty) {
+                 m.ctx().error(m.at(key), m.path(key), empty_error);
                }
                auto& out = std::invoke(get, s);
                for_each_item(m.ctx(), n, m.path(key), [&](const YAML::Node& item, const std::string& path) {

@@ -109,7 +109,15 @@ MapView::MapView(Ctx& ctx, const YAML::Node& node, std::string path, std::vector
       continue;
     }
     entries_.emplace(key, it->second);
+    keys_.emplace(key, k);
   }
+}
+
+YAML::Node MapView::at(std::string_view key) const {
+  YAML::Node value = get(key);
+  if (!value.IsDefined()) return node_;
+  if (!value.IsNull()) return value;
+  return keys_.find(key)->second;
 }
 
 YAML::Node MapView::get(std::string_view key) const {

@@ -36,6 +36,9 @@ class MapView {
   // The value node of `key`, or an undefined node.
   YAML::Node get(std::string_view key) const;
   bool has(std::string_view key) const { return get(key).IsDefined(); }
+  // Where an error about `key` points: its value, or the key itself when the value is
+  // empty (yaml-cpp marks an empty value at whatever token follows it, often lines later).
+  YAML::Node at(std::string_view key) const;
   std::string path(std::string_view key) const { return child(path_, key); }
   const std::string& where() const { return path_; }  // this mapping's own path
   const YAML::Node& node() const { return node_; }
@@ -63,6 +66,7 @@ class MapView {
   YAML::Node node_;
   std::string path_;
   std::map<std::string, YAML::Node, std::less<>> entries_;
+  std::map<std::string, YAML::Node, std::less<>> keys_;  // the key nodes, for at()
   bool ok_ = true;
 };
 

@@ -144,6 +144,20 @@ routes:
   EXPECT_NE(errors_of("listeners:\n  -\n").find("listeners[0]: an empty list item"), std::string::npos);
 }
 
+TEST(ConfigLoader, AClusterWithANullEndpointListIsAnError) {
+  // Found by the config fuzzer: `endpoints:` with nothing after it (a null node) passed the
+  // "at least one endpoint" check that an absent key or `[]` fails, and the printed `[]`
+  // then failed to load.
+  const std::string head = "listeners: [{address: 127.0.0.1:8080}]\nclusters:\n  - name: app\n";
+  for (const char* endpoints : {"    endpoints:\n", "    endpoints: # a comment\n", "    endpoints: []\n", ""}) {
+    std::string e = errors_of(head + endpoints);
+    EXPECT_NE(e.find("clusters[0].endpoints: a cluster needs at least one endpoint"), std::string::npos)
+        << endpoints << "\n" << e;
+  }
+  EXPECT_EQ(errors_of(head + "    endpoints:\n    lb: random\n"),
+            "stealgate.yaml:4:5: clusters[0].endpoints: a cluster needs at least one endpoint\n");
+}
+
 TEST(ConfigLoader, RegexAndRedirectValidation) {
   std::string e = errors_of(R"(listeners: [{address: 127.0.0.1:8080}]
 routes:
