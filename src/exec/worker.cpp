@@ -47,6 +47,16 @@
 
 namespace sg::exec {
 
+std::size_t injected_batch_size(std::size_t injected, std::size_t workers, std::size_t queued,
+                                std::size_t free_slots) {
+  // The first task taken is returned, not queued, so the rest must also fit the free
+  // slots: len() leaves out the slots a thief has claimed and not yet copied (a stalled
+  // steal), which stay occupied until it finishes (a TSan stress run hit the assertion).
+  constexpr std::size_t kHalf = LocalQueue<TaskHeader>::kCapacity / 2;
+  const std::size_t to_half = queued < kHalf ? kHalf - queued : 0;
+  return std::max<std::size_t>(std::min({injected / workers + 1, to_half, free_slots + 1}), 1);
+}
+
 uint64_t now_ns() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -274,15 +284,8 @@ TaskHeader* Worker::take_injected_batch() {
   // sends half of itself back. 1,000 yielding tasks on 2 workers did that at every turn,
   // 255 tasks through the injection queue's lock per 61 polls: yield_many fell from 30 to
   // 16 M polls/s. Above half, one task per turn (Tokio's rule) still bounds the wait.
-  // The first task taken is returned, not queued, so the rest must also fit the free
-  // slots: len() leaves out the slots a thief has claimed and not yet copied (a stalled
-  // steal), which stay occupied until it finishes (a TSan stress run hit the assertion).
-  constexpr std::size_t kHalf = LocalQueue<TaskHeader>::kCapacity / 2;
-  const std::size_t queued = run_queue_.len();
-  const std::size_t cap = queued < kHalf ? kHalf - queued : 0;
-  std::size_t n = std::min({inject.len() / scheduler_->num_workers() + 1, cap,
-                            std::size_t{run_queue_.remaining_slots()} + 1});
-  n = std::max<std::size_t>(n, 1);
+  const std::size_t n = injected_batch_size(inject.len(), scheduler_->num_workers(), run_queue_.len(),
+                                            run_queue_.remaining_slots());
   TaskHeader* batch[LocalQueue<TaskHeader>::kCapacity / 2];
   std::size_t got = inject.pop_n(batch, n);
   if (got == 0) return nullptr;

@@ -192,4 +192,12 @@ class Worker {
 
 uint64_t now_ns();
 
+// How many tasks a worker takes from the injection queue in one turn (one lock): its share
+// (`injected` / `workers` + 1), only as many as fill its queue to half its capacity, and no
+// more than its free slots plus the one it runs at once. At least one. `queued` is the
+// queue's len() and `free_slots` its remaining_slots(): these differ while a stalled thief
+// holds claimed slots that len() leaves out.
+std::size_t injected_batch_size(std::size_t injected, std::size_t workers, std::size_t queued,
+                                std::size_t free_slots);
+
 }  // namespace sg::exec

@@ -1,12 +1,15 @@
 // Deterministic tests of the injection queue: FIFO order across push/pop/pop_n, batch
 // splices, length accounting, and the order after a pop_n that leaves a remainder while
-// new tasks arrive. The concurrent test is in tests/stress/inject_stress_test.cpp.
+// new tasks arrive; how much a worker takes from it in one turn. The concurrent test is in
+// tests/stress/inject_stress_test.cpp.
 #include "exec/inject_queue.h"
 
 #include <gtest/gtest.h>
 
 #include <deque>
 #include <vector>
+
+#include "exec/worker.h"
 
 namespace sg::exec {
 namespace {
@@ -98,6 +101,26 @@ TEST(InjectQueue, CloseIsReportedOnceAndPushesStillWork) {
   EXPECT_TRUE(q.is_closed());
   q.push(ts.make());
   EXPECT_NE(q.pop(), nullptr);
+}
+
+// A worker's turn at the injection queue (injected_batch_size: injected, workers, queued,
+// free slots of a 256-slot local queue).
+TEST(InjectedBatch, TakesItsShareUpToHalfAQueue) {
+  EXPECT_EQ(injected_batch_size(1000, 4, 0, 256), 128u);  // share 251, capped at half
+  EXPECT_EQ(injected_batch_size(100, 4, 0, 256), 26u);    // its share, one more than a quarter
+  EXPECT_EQ(injected_batch_size(100, 4, 120, 136), 8u);   // tops the queue up to half
+  EXPECT_EQ(injected_batch_size(1000, 2, 128, 128), 1u);  // at half or above: one per turn
+  EXPECT_EQ(injected_batch_size(1000, 2, 255, 1), 1u);
+  EXPECT_EQ(injected_batch_size(0, 2, 0, 256), 1u);       // never zero: the caller pops at most what is there
+}
+
+TEST(InjectedBatch, AStalledThiefsClaimedSlotsBoundTheBatch) {
+  // A thief claimed 226 slots and has not copied them: len() says 10 queued, but only 20
+  // slots are free. The half-fill rule alone would take 118 and overwrite the thief's
+  // slots (the TSan stress run that found it hit push_back_batch's assertion). One task
+  // is run at once, so 21 may be taken: 20 queued and the one returned.
+  EXPECT_EQ(injected_batch_size(1000, 2, 10, 20), 21u);
+  EXPECT_EQ(injected_batch_size(1000, 2, 0, 0), 1u);  // a full claim: only the one run at once
 }
 
 }  // namespace
