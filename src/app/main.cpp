@@ -234,7 +234,7 @@ class Daemon {
     std::string err;
     if (!next.ok()) {
       log_errors(next);
-      gw_->stats().reloads_failed.fetch_add(1);
+      gw_->stats().reload_rejected();
       err = opts_.config_path + " has " + std::to_string(next.errors.size()) + " error(s)";
     } else {
       err = gw_->reload(next.config);

@@ -413,8 +413,11 @@ void process_families(Families& fs, proxy::Gateway& gw, const std::optional<Proc
   Families::add(reloads, {{"result", "success"}}, static_cast<double>(gs.reloads_ok.load()));
   Families::add(reloads, {{"result", "failure"}}, static_cast<double>(gs.reloads_failed.load()));
   fs.scalar("stealgate_config_last_reload_success_timestamp_seconds",
-            "Unix time of the last successful (re)load.", MetricType::Gauge,
-            static_cast<double>(gs.last_reload_success_unix.load()));
+            "Unix time of the last successful load of the configuration (at start or by a reload).",
+            MetricType::Gauge, static_cast<double>(gs.last_reload_success_unix.load()));
+  fs.scalar("stealgate_config_last_reload_successful",
+            "1 when the last load of the configuration file succeeded; 0 while a reload's file is rejected.",
+            MetricType::Gauge, gs.last_reload_ok.load() ? 1.0 : 0.0);
   fs.scalar("stealgate_log_lines_dropped_total", "Log lines dropped because the async log queue was full.",
             MetricType::Counter, static_cast<double>(log::dropped_lines()));
   Families::add(fs.family("stealgate_build_info", "Build information.", MetricType::Gauge),

@@ -300,6 +300,7 @@ std::string Gateway::start(std::shared_ptr<const config::Config> cfg) {
   health_.start(snap->clusters);
   apply_shedding(cfg->limits);
   start_pool_reapers();
+  stats_.config_loaded();
   ready_.store(true, std::memory_order_release);
   return "";
 }
@@ -336,7 +337,7 @@ std::string Gateway::reload(std::shared_ptr<const config::Config> cfg) {
   }
   if (!err.empty()) {
     for (auto& a : added) close_sockets(*a);
-    stats_.reloads_failed.fetch_add(1, std::memory_order_relaxed);
+    stats_.reload_rejected();
     return err;
   }
   snap_.store(snap, std::memory_order_release);
@@ -357,8 +358,7 @@ std::string Gateway::reload(std::shared_ptr<const config::Config> cfg) {
   publish_listeners();
   health_.start(snap->clusters);
   apply_shedding(cfg->limits);
-  stats_.reloads_ok.fetch_add(1, std::memory_order_relaxed);
-  stats_.last_reload_success_unix.store(static_cast<int64_t>(std::time(nullptr)), std::memory_order_relaxed);
+  stats_.reload_accepted();
   return "";
 }
 

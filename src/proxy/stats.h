@@ -7,6 +7,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <ctime>
 #include <string>
 #include <string_view>
 
@@ -68,6 +69,21 @@ struct GatewayStats {
   std::atomic<uint64_t> reloads_ok{0};
   std::atomic<uint64_t> reloads_failed{0};
   std::atomic<int64_t> last_reload_success_unix{0};
+  // Whether the last load of the file (at start or by a reload) succeeded. A rejected file
+  // stays visible here until a good one loads: the next restart would fail on it.
+  std::atomic<bool> last_reload_ok{false};
+  void config_loaded() {  // at start and after an accepted reload
+    last_reload_ok.store(true, std::memory_order_relaxed);
+    last_reload_success_unix.store(static_cast<int64_t>(std::time(nullptr)), std::memory_order_relaxed);
+  }
+  void reload_accepted() {
+    reloads_ok.fetch_add(1, std::memory_order_relaxed);
+    config_loaded();
+  }
+  void reload_rejected() {
+    reloads_failed.fetch_add(1, std::memory_order_relaxed);
+    last_reload_ok.store(false, std::memory_order_relaxed);
+  }
   std::atomic<uint64_t> downstream_requests{0};
   std::atomic<uint64_t> local_replies{0};
   std::atomic<uint64_t> upstream_requests{0};

@@ -169,15 +169,26 @@ class ReloadTest(unittest.TestCase):
     def test_invalid_reload_keeps_old_config_serving(self):
         before = request_once(self.sg.port, "GET", "/x")[0]
         self.assertEqual(before, 200)
+        # The start counts as a successful load: the gauges do not wait for a first reload.
+        self.assertEqual(self.sg.metric("stealgate_config_last_reload_successful"), 1)
+        loaded_at = self.sg.metric("stealgate_config_last_reload_success_timestamp_seconds")
+        self.assertLessEqual(abs(loaded_at - time.time()), 60)
         self.sg.write_config(self.cfg() + "bogus_key: 1\n")
         self.assertFalse(self.sg.reload())
         self.sg.wait_log(r"stealgate\.yaml:\d+:1: bogus_key: unknown key \"bogus_key\"")
         self.sg.wait_log(r"reload rejected")
         self.assertEqual(request_once(self.sg.port, "GET", "/x")[0], 200)
         self.assertEqual(self.sg.metric("stealgate_config_reloads_total", result="failure"), 1)
+        # The rejected file stays visible (a restart would fail on it), not only as a count.
+        self.assertEqual(self.sg.metric("stealgate_config_last_reload_successful"), 0)
+        self.assertEqual(self.sg.metric("stealgate_config_last_reload_success_timestamp_seconds"), loaded_at)
         # An unresolvable endpoint is rejected at reload time too.
         self.assertFalse(self.sg.reload(self.cfg().replace(self.up.address, "no-such-host.invalid:80")))
         self.assertEqual(request_once(self.sg.port, "GET", "/x")[0], 200)
+        self.assertEqual(self.sg.metric("stealgate_config_reloads_total", result="failure"), 2)
+        # A good file clears it.
+        self.assertTrue(self.sg.reload(self.cfg()))
+        self.assertEqual(self.sg.metric("stealgate_config_last_reload_successful"), 1)
 
     def test_listeners_added_and_removed_without_touching_the_others(self):
         keep = Client(self.sg.port)
