@@ -108,21 +108,19 @@ MapView::MapView(Ctx& ctx, const YAML::Node& node, std::string path, std::vector
       ok_ = false;
       continue;
     }
-    entries_.emplace(key, it->second);
-    keys_.emplace(key, k);
+    entries_.emplace(key, Entry{k, it->second});
   }
 }
 
 YAML::Node MapView::at(std::string_view key) const {
-  YAML::Node value = get(key);
-  if (!value.IsDefined()) return node_;
-  if (!value.IsNull()) return value;
-  return keys_.find(key)->second;
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return node_;
+  return it->second.value.IsNull() ? it->second.key : it->second.value;
 }
 
 YAML::Node MapView::get(std::string_view key) const {
   auto it = entries_.find(key);
-  return it == entries_.end() ? YAML::Node(YAML::NodeType::Undefined) : it->second;
+  return it == entries_.end() ? YAML::Node(YAML::NodeType::Undefined) : it->second.value;
 }
 
 bool MapView::read(std::string_view key, std::string& out) const {

@@ -65,8 +65,11 @@ class MapView {
   Ctx& ctx_;
   YAML::Node node_;
   std::string path_;
-  std::map<std::string, YAML::Node, std::less<>> entries_;
-  std::map<std::string, YAML::Node, std::less<>> keys_;  // the key nodes, for at()
+  struct Entry {
+    YAML::Node key;  // for at()
+    YAML::Node value;
+  };
+  std::map<std::string, Entry, std::less<>> entries_;
   bool ok_ = true;
 };
 
