@@ -128,6 +128,11 @@ std::size_t touched_bytes(const SlabHeader* s) {
   return (kHeaderArea + s->carved * class_bytes(s->cls) + kPage - 1) / kPage * kPage;
 }
 
+// touched_bytes() summed over every slab of every thread (task_memory_bytes): raised as
+// blocks are carved, lowered as trim unmaps slabs. Relaxed: a figure for /metrics, which
+// orders nothing; each change is one atomic add, made per page carved, not per block.
+std::atomic<std::size_t> g_touched_bytes{0};
+
 // Slabs are mappings of their own, not malloc chunks. Malloc'ed, the long-lived slabs of
 // a worker's connections sat between the chunks of its requests' short-lived allocations
 // (header vectors, strings) in the same malloc arena, so the pages around them stayed
@@ -170,6 +175,7 @@ SlabHeader* map_slab(ThreadCache* tc, std::size_t c) {
 // task_alloc's fast path a stack frame (+5 instructions per allocation, callgrind).
 [[gnu::noinline]] void* carve_blocks(ThreadCache* tc, std::size_t c) {
   SlabHeader* s = tc->carving[c];
+  std::size_t touched_before = s != nullptr ? touched_bytes(s) : 0;
   if (s == nullptr || s->carved == slab_capacity(c)) {
     std::vector<SlabHeader*>& slabs = tc->slabs[c];
     // Room first (doubling): a throw then leaks nothing.
@@ -177,11 +183,13 @@ SlabHeader* map_slab(ThreadCache* tc, std::size_t c) {
     s = map_slab(tc, c);
     slabs.push_back(s);
     tc->carving[c] = s;
+    touched_before = 0;
   }
   const std::size_t bytes = class_bytes(c);
   const uint32_t n = std::min<uint32_t>(slab_capacity(c) - s->carved, std::max<uint32_t>(1, kPage / bytes));
   char* first = slab_base(s) + kHeaderArea + s->carved * bytes;
   s->carved += n;
+  g_touched_bytes.fetch_add(touched_bytes(s) - touched_before, std::memory_order_relaxed);
   for (uint32_t i = n - 1; i > 0; --i) {
     auto* b = reinterpret_cast<FreeBlock*>(first + i * bytes);
     b->next = tc->local[c];
@@ -232,6 +240,7 @@ std::size_t trim_class(ThreadCache* tc, std::size_t c) {
     }
   }
   slabs.resize(kept);
+  g_touched_bytes.fetch_sub(released, std::memory_order_relaxed);
   return released;
 }
 
@@ -258,6 +267,8 @@ std::size_t task_cache_slab_bytes() noexcept {
   }
   return total;
 }
+
+std::size_t task_memory_bytes() noexcept { return g_touched_bytes.load(std::memory_order_relaxed); }
 
 // Whether a block of `bytes` lives in a slab (or is malloc'ed): both ends decide alike.
 constexpr bool pooled(std::size_t bytes) { return kTaskAllocPooled && bytes <= kAllocMaxPooled; }

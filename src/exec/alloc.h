@@ -59,6 +59,9 @@ void* task_alloc(std::size_t bytes);
 std::size_t task_cache_trim() noexcept;
 // Bytes the calling thread's slabs have carved into blocks, free or not (whole pages).
 std::size_t task_cache_slab_bytes() noexcept;
+// Bytes the slabs of every thread hold resident (pages carved into blocks, in use or free
+// for reuse); task_cache_trim lowers it. 0 where blocks are malloc'ed (AddressSanitizer).
+std::size_t task_memory_bytes() noexcept;
 // `bytes` is the size given to task_alloc (sized delete passes it).
 void task_free(void* p, std::size_t bytes) noexcept;
 

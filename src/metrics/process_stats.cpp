@@ -1,6 +1,7 @@
 #include "metrics/process_stats.h"
 
 #include <dirent.h>
+#include <malloc.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -73,6 +74,16 @@ std::optional<ProcessStats> read_process_stats() {
   rlimit lim{};
   if (::getrlimit(RLIMIT_NOFILE, &lim) == 0) s.max_fds = static_cast<double>(lim.rlim_cur);
   return s;
+}
+
+std::optional<HeapStats> read_heap_stats() {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || __GLIBC_MINOR__ >= 33)
+  // Walks every arena's bins under its lock: microseconds, once per scrape.
+  const struct mallinfo2 m = ::mallinfo2();
+  return HeapStats{static_cast<double>(m.uordblks + m.hblkhd), static_cast<double>(m.fordblks + m.fsmblks)};
+#else
+  return std::nullopt;
+#endif
 }
 
 }  // namespace sg::metrics

@@ -20,4 +20,16 @@ struct ProcessStats {
 // nullopt where /proc cannot be read (not Linux, or not mounted).
 std::optional<ProcessStats> read_process_stats();
 
+// The C library's malloc heap (glibc's mallinfo2, all arenas together): what lies beside
+// the executor's own task memory in the resident figure. `free_bytes` is what the arenas
+// keep between and after live chunks, resident or already given back with madvise: a
+// large figure there is fragmentation, not a leak.
+struct HeapStats {
+  double in_use_bytes = 0;  // allocated chunks, mmapped ones included
+  double free_bytes = 0;
+};
+
+// nullopt where the C library is not glibc (or is older than 2.33).
+std::optional<HeapStats> read_heap_stats();
+
 }  // namespace sg::metrics

@@ -14,7 +14,8 @@ import urllib.parse
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import TIMEOUT_SCALE, Client, Stealgate, Upstream, config, main, request_once  # noqa: E402
+from harness import (NOT_IN_THIS_BUILD, TIMEOUT_SCALE, Client, Stealgate, Upstream, config, main,  # noqa: E402
+                     request_once, sanitized_binary)
 
 
 def free_port():
@@ -115,6 +116,33 @@ class AdminMetricsTest(unittest.TestCase):
         self.assertGreater(started, time.time() - 600, "started within the suite, not at boot")
         for c in clients:
             c.close()
+
+    @unittest.skipIf(sanitized_binary(), NOT_IN_THIS_BUILD + "task memory is plain malloc under AddressSanitizer")
+    def test_memory_figures_follow_idle_connections(self):
+        """stealgate_executor_task_memory_bytes rises with idle keep-alive connections (each
+        holds its task, a 384-byte block, between requests) and falls once they have closed
+        and the workers, idle, gave the free slabs back; the malloc heap is exported beside it."""
+        def task_memory():
+            return self.sg.metric("stealgate_executor_task_memory_bytes")
+
+        n = 400
+        before = task_memory()
+        clients = [Client(self.sg.port) for _ in range(n)]
+        for c in clients:
+            self.assertEqual(c.request("GET", "/hello").status, 200)
+        held = task_memory()
+        self.assertGreaterEqual(held - before, n * 384, f"{before} -> {held} with {n} idle connections")
+        self.assertLess(held, self.sg.metric("process_resident_memory_bytes"))
+        self.assertGreater(self.sg.metric("stealgate_malloc_heap_bytes", state="in_use"), 0)
+        self.assertGreaterEqual(self.sg.metric("stealgate_malloc_heap_bytes", state="free"), 0)
+
+        for c in clients:
+            c.close()
+        self.sg.wait_for(lambda: self.sg.metric("stealgate_downstream_connections_active") == 0, 5 * TIMEOUT_SCALE,
+                         "connections still open")
+        # Each worker gives its wholly free slabs back after runtime.idle_memory_reclaim (1 s).
+        self.sg.wait_for(lambda: task_memory() <= held - (held - before) / 2, 5 * TIMEOUT_SCALE,
+                         f"task memory stayed near {held} after the connections closed")
 
     def test_promtool_check_metrics(self):
         promtool = shutil.which("promtool")

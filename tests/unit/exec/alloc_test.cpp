@@ -51,6 +51,43 @@ TEST(TaskAllocTrim, ReleasesWhollyFreeSlabsOnly) {
   EXPECT_EQ(task_cache_slab_bytes(), before);
 }
 
+// task_memory_bytes() (the /metrics gauge) is every thread's task_cache_slab_bytes()
+// together: it rises as a thread carves blocks and falls by what trim gives back.
+TEST(TaskAllocTrim, ProcessWideFigureFollowsEveryThreadsSlabs) {
+  if (!kTaskAllocPooled) GTEST_SKIP() << "AddressSanitizer build: task memory is plain malloc, there are no slabs";
+  task_cache_trim();
+  const std::size_t all_before = task_memory_bytes();
+  const std::size_t mine_before = task_cache_slab_bytes();
+  std::vector<void*> blocks = allocate(64);
+  const std::size_t mine_grown = task_cache_slab_bytes() - mine_before;
+  ASSERT_GE(mine_grown, 64 * kBytes);
+  EXPECT_EQ(task_memory_bytes(), all_before + mine_grown);
+
+  // Another thread's carving counts too. (It may adopt an exited thread's cache: trimmed
+  // first, so that what it adopted does not blur its own figures.)
+  std::size_t theirs_grown = 0, theirs_released = 0, all_at_start = 0, all_while_theirs = 0, all_after = 0;
+  std::thread([&] {
+    task_cache_trim();
+    all_at_start = task_memory_bytes();
+    const std::size_t base = task_cache_slab_bytes();
+    std::vector<void*> other = allocate(24);
+    theirs_grown = task_cache_slab_bytes() - base;
+    all_while_theirs = task_memory_bytes();
+    for (void* p : other) task_free(p, kBytes);
+    theirs_released = task_cache_trim();
+    all_after = task_memory_bytes();
+  }).join();
+  EXPECT_GE(theirs_grown, 24 * kBytes);
+  EXPECT_EQ(all_while_theirs, all_at_start + theirs_grown);
+  EXPECT_EQ(theirs_released, theirs_grown);
+  EXPECT_EQ(all_after, all_at_start);
+
+  const std::size_t all_now = task_memory_bytes();
+  for (void* p : blocks) task_free(p, kBytes);
+  EXPECT_EQ(task_cache_trim(), mine_grown);
+  EXPECT_EQ(task_memory_bytes(), all_now - mine_grown);
+}
+
 // Blocks carry no header: a fresh slab's blocks sit one class size apart, after the
 // 512 bytes at the start of its 64 KiB-aligned mapping that hold the slab's header, and
 // are carved only as they are needed (the slab's untouched pages are not counted, nor
