@@ -122,11 +122,6 @@ void executor_families(Families& fs, const exec::RuntimeStats& st) {
             MetricType::Gauge, static_cast<double>(st.injection_queue_depth));
   fs.scalar("stealgate_executor_remote_schedules_total", "Tasks scheduled from outside any worker.",
             MetricType::Counter, static_cast<double>(st.remote_schedules));
-  fs.scalar("stealgate_executor_task_memory_bytes",
-            "Memory of the executor's task allocator: the pages its slabs have carved into tasks, coroutine "
-            "frames, task records and ring operations, in use or free for reuse (idle workers give wholly free "
-            "slabs back).",
-            MetricType::Gauge, static_cast<double>(exec::task_memory_bytes()));
   fs.scalar("stealgate_executor_blocking_threads", "Threads of the blocking pool.", MetricType::Gauge,
             static_cast<double>(st.blocking_threads));
   fs.scalar("stealgate_executor_blocking_queue_depth", "Blocking tasks waiting for a thread.", MetricType::Gauge,
@@ -156,6 +151,24 @@ void executor_families(Families& fs, const exec::RuntimeStats& st) {
                                    "LIFO-slot hand-offs do not queue and are not sampled).",
                                    MetricType::Histogram),
                          {}, st.total().sched_delay);
+}
+
+// Where the resident memory is, besides the rings' receive buffers (io_uring_families):
+// the executor's task allocator, and glibc's heap.
+void memory_families(Families& fs) {
+  fs.scalar("stealgate_executor_task_memory_bytes",
+            "Memory of the executor's task allocator: the pages its slabs have carved into tasks, coroutine "
+            "frames, task records and ring operations, in use or free for reuse (idle workers give wholly free "
+            "slabs back).",
+            MetricType::Gauge, static_cast<double>(exec::task_memory_bytes()));
+  if (const std::optional<HeapStats> heap = read_heap_stats()) {
+    auto& f = fs.family("stealgate_malloc_heap_bytes",
+                        "The C library's malloc heap: bytes of allocated chunks (in_use), and free bytes its arenas "
+                        "keep between and after them, resident or given back (free).",
+                        MetricType::Gauge);
+    Families::add(f, {{"state", "in_use"}}, heap->in_use_bytes);
+    Families::add(f, {{"state", "free"}}, heap->free_bytes);
+  }
 }
 
 // Live tasks by kind (with runtime.task_diagnostics; absent without).
@@ -439,14 +452,7 @@ void process_families(Families& fs, proxy::Gateway& gw, const std::optional<Proc
     fs.scalar("process_open_fds", "Number of open file descriptors.", MetricType::Gauge, p->open_fds);
     fs.scalar("process_max_fds", "Maximum number of open file descriptors.", MetricType::Gauge, p->max_fds);
   }
-  if (const std::optional<HeapStats> heap = read_heap_stats()) {
-    auto& f = fs.family("stealgate_malloc_heap_bytes",
-                        "The C library's malloc heap: bytes of allocated chunks (in_use), and free bytes its arenas "
-                        "keep between and after them, resident or given back (free).",
-                        MetricType::Gauge);
-    Families::add(f, {{"state", "in_use"}}, heap->in_use_bytes);
-    Families::add(f, {{"state", "free"}}, heap->free_bytes);
-  }
+
 }
 
 }  // namespace
@@ -455,6 +461,7 @@ std::string render(proxy::Gateway& gw, const std::optional<ProcessStats>& proces
   Families fs;
   const Snap snap = gw.snapshot();
   executor_families(fs, gw.runtime().exec().stats());
+  memory_families(fs);
   Families::add(fs.family("stealgate_executor_io_driver_info", "The I/O driver the workers run on (value 1).",
                           MetricType::Gauge),
                 {{"driver", std::string(io::io_driver_name(gw.runtime().driver_kind()))}}, 1);
