@@ -10,8 +10,11 @@
 //                                   false to end the task.
 //   void idle(Waker w)              arms the wait between bursts, to complete `w` (a wait
 //                                   already satisfied may complete it at once).
-//   bool woken(const WaitResult& r) that wait completed with `r`: stops what lost the race;
-//                                   true starts the next burst, false ends the task.
+//   BurstWake woken(const WaitResult& r)
+//                                   that wait completed with `r`: stops what lost the race;
+//                                   says whether the next burst starts, the task waits
+//                                   again (idle() is called again: a wake that brought
+//                                   nothing to do), or ends.
 //   ~Body()                         the task ends: after a burst or wait said so, or when it
 //                                   is cancelled (drain, runtime shutdown), idle or in a
 //                                   burst (whose frame is destroyed first).
@@ -31,6 +34,13 @@
 #include "exec/runtime.h"
 
 namespace sg::exec {
+
+// What the wait between bursts completing means (Body::woken).
+enum class BurstWake : uint8_t {
+  kBurst,      // run the next burst
+  kWaitAgain,  // nothing to do after all: arm the wait again, still without a frame
+  kEnd,        // end the task
+};
 
 template <class Body>
 struct BurstTask final : CoroTaskBase {
@@ -58,7 +68,17 @@ struct BurstTask final : CoroTaskBase {
       if (!burst.valid()) {
         // Generation 0: no wait was ever armed, so this is the first poll.
         const bool first = (wait_token.load(std::memory_order_relaxed) >> 2) == 0;
-        if (!first && !body.woken(wait_result)) return false;
+        if (!first) {
+          switch (body.woken(wait_result)) {
+            case BurstWake::kEnd:
+              return false;
+            case BurstWake::kWaitAgain:
+              body.idle(arm_wait_of(this, {}));
+              return true;
+            case BurstWake::kBurst:
+              break;
+          }
+        }
         burst = body.burst();
         leaf = burst.handle();
       }

@@ -258,6 +258,14 @@ TcpStream::PeerState TcpStream::peek() {
   return PeerState::kClosed;  // reset or another error
 }
 
+bool TcpStream::woke_with_input() {
+  UringOp*& op = sock_.receive_op();
+  if (op == nullptr || !op->completed.load(std::memory_order_acquire) || op->res != -ENOBUFS) return true;
+  if (peek() != PeerState::kSilent) return true;  // bytes (read with a plain recv), or a close
+  release(std::exchange(op, nullptr));
+  return false;
+}
+
 TcpStream::FlushAwaiter::~FlushAwaiter() {
   timer.cancel();
   if (op == nullptr) return;

@@ -66,6 +66,12 @@ class TcpStream {
   // The peer has closed or reset (bytes waiting to be read do not count: a pipelining
   // client is still there).
   bool peer_closed() { return peek() == PeerState::kClosed; }
+  // After a readable wait completed: false when it only did because its receive found
+  // every provided buffer of the ring in use. io_uring picks the buffer before it looks
+  // for bytes, so a receive started during a shortage completes at once (-ENOBUFS) on a
+  // silent socket. That receive is then dropped (the next wait starts a fresh one); a
+  // MSG_PEEK recv tells the two cases apart, and only after such a completion.
+  bool woke_with_input();
   // A read would block: the peer has sent nothing and has not closed or reset.
   bool silent() { return peek() == PeerState::kSilent; }
 

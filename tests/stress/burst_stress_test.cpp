@@ -85,12 +85,12 @@ struct RacedBody {
     }
     slot.put(std::move(w));
   }
-  bool woken(const WaitResult& r) {
+  BurstWake woken(const WaitResult& r) {
     timer.cancel();
     slot.take();
     counts.wakes.fetch_add(1);
     (r.value == kTagDeadline ? counts.by_deadline : counts.by_outside).fetch_add(1);
-    return true;
+    return BurstWake::kBurst;
   }
 };
 

@@ -1,5 +1,6 @@
 // BurstTask (exec/burst_task.h): bursts run one after another with a frameless wait
-// between them; the wait's result decides whether the next burst runs; a wait completed
+// between them; the wait's result decides whether the next burst runs, the task waits again
+// without one, or it ends; a wait completed
 // at once still runs the next burst; cancellation while idle or mid-burst destroys the
 // body once; an exception ends the task; a completion after shutdown drops it.
 #include "exec/burst_task.h"
@@ -23,7 +24,8 @@ using sg::testing::eventually;
 using sg::testing::WakerSlot;
 using sg::testing::workers;
 
-constexpr std::size_t kGoOn = 7;  // the wait result that starts the next burst
+constexpr std::size_t kGoOn = 7;       // the wait result that starts the next burst
+constexpr std::size_t kWaitAgain = 9;  // the one that arms the wait again, no burst
 
 struct Log {
   std::atomic<int> bursts{0};
@@ -63,9 +65,10 @@ struct ScriptedBody {
     }
     slot.put(std::move(w));
   }
-  bool woken(const WaitResult& r) {
+  BurstWake woken(const WaitResult& r) {
     log.wakes.fetch_add(1);
-    return r.value == kGoOn;
+    if (r.value == kWaitAgain) return BurstWake::kWaitAgain;
+    return r.value == kGoOn ? BurstWake::kBurst : BurstWake::kEnd;
   }
 };
 
@@ -100,6 +103,27 @@ TEST(BurstTask, AWaitResultCanEndTheTask) {
   ASSERT_TRUE(eventually([&] { return log.ended.load() == 1; }));
   EXPECT_EQ(log.bursts.load(), 1);
   EXPECT_EQ(log.wakes.load(), 1);
+}
+
+TEST(BurstTask, AWakeWithNothingToDoWaitsAgainWithoutABurst) {
+  Runtime rt(workers(2));
+  WakerSlot slot;
+  Log log;
+  spawn_test_body(rt, slot, log, 3, Mode::kWaitForSlot);
+  ASSERT_TRUE(eventually([&] { return slot.armed(); }));
+  for (int i = 1; i <= 3; ++i) {
+    EXPECT_TRUE(slot.fire(kWaitAgain));
+    ASSERT_TRUE(eventually([&] { return slot.armed() && log.wakes.load() == i; })) << "wake " << i
+                                                                                   << " should wait again";
+    EXPECT_EQ(log.bursts.load(), 1) << "no burst for a wake with nothing to do";
+  }
+  EXPECT_TRUE(slot.fire(kGoOn));
+  ASSERT_TRUE(eventually([&] { return slot.armed() && log.bursts.load() == 2; }));
+  EXPECT_TRUE(slot.fire(kGoOn));
+  ASSERT_TRUE(eventually([&] { return log.ended.load() == 1; }));
+  EXPECT_EQ(log.bursts.load(), 3);
+  EXPECT_EQ(log.wakes.load(), 5);
+  EXPECT_TRUE(eventually([&] { return rt.handle().scheduler()->live_tasks() == 0; }));
 }
 
 TEST(BurstTask, AWaitCompletedAtOnceStartsTheNextBurst) {

@@ -3,7 +3,8 @@
 // that times out or a wait that another socket won loses no byte; a receive bigger than
 // the reader's buffer is taken in pieces, in order; an idle reader holds no buffer; more
 // ready sockets than buffers still read everything, and a ring's buffers grow to meet
-// them; closing a socket whose received bytes nobody took gives the buffer back.
+// them; a wait started while every buffer is held is no input; closing a socket whose
+// received bytes nobody took gives the buffer back.
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -254,6 +255,43 @@ TEST_P(Receive, AFewShortagesDoNotGrowTheRing) {
     EXPECT_EQ(hs[i].wait(), "m" + std::to_string(1'000'000 + i).substr(1) + ".");
   }
   for (auto& p : pairs) ::close(p.peer);
+}
+
+// io_uring picks a receive's buffer before it looks for bytes: a receive started while
+// every buffer of the ring is held completes at once, -ENOBUFS, on a silent socket. The
+// wait reports readable, and woke_with_input() tells that it was not (and drops that
+// receive, so the next wait starts a fresh one). An idle keep-alive connection uses it to
+// wait again instead of starting a burst. On epoll the wait does not complete at all.
+TEST_P(Receive, AWaitStartedWhileEveryBufferIsHeldIsNotInput) {
+  SG_DRIVER_RUNTIME(rt, workers(1));
+  std::vector<ReceivePair> pairs;
+  for (std::size_t i = 0; i < UringDriver::kInitialReceiveBuffers; ++i) pairs.push_back(make_receive_pair(rt));
+  std::atomic<int> woken{0};
+  std::atomic<bool> go{false};
+  std::vector<exec::JoinHandle<std::string>> hs;
+  hold_and_read(rt, pairs, 0, woken, go, hs);
+  ASSERT_TRUE(sg::testing::eventually([&] { return woken.load() == static_cast<int>(pairs.size()); }));
+  if (uses_io_uring(rt)) {
+    ASSERT_EQ(ring_totals(rt).buffers_in_use, pairs.size()) << "every buffer held";
+  }
+
+  ReceivePair silent = make_receive_pair(rt);
+  auto wait_once = [&](std::chrono::milliseconds limit) {
+    return rt.spawn([&silent, limit]() -> exec::Task<std::string> {
+      EitherReadable w = co_await silent.stream->wait_readable(nullptr, Deadline::after(limit));
+      if (w.ec) co_return w.ec == std::errc::timed_out ? "timed out" : "wait: " + w.ec.message();
+      co_return silent.stream->woke_with_input() ? "input" : "no input";
+    });
+  };
+  EXPECT_EQ(wait_once(300ms).wait(), uses_io_uring(rt) ? "no input" : "timed out");
+
+  go = true;  // the held readers read: their buffers go back to the ring
+  for (auto& h : hs) h.wait();
+  ASSERT_EQ(::send(silent.peer, "xyz", 3, 0), 3);
+  EXPECT_EQ(wait_once(5s).wait(), "input");
+  EXPECT_EQ(rt.block_on(read_exactly(*silent.stream, 3, 16)), "xyz");
+  for (auto& p : pairs) ::close(p.peer);
+  ::close(silent.peer);
 }
 
 TEST_P(Receive, ClosingASocketWithUntakenBytesGivesTheBufferBack) {
