@@ -55,6 +55,7 @@ TEST(TaskAllocTrim, ReleasesWhollyFreeSlabsOnly) {
 // together: it rises as a thread carves blocks and falls by what trim gives back.
 TEST(TaskAllocTrim, ProcessWideFigureFollowsEveryThreadsSlabs) {
   if (!kTaskAllocPooled) GTEST_SKIP() << "AddressSanitizer build: task memory is plain malloc, there are no slabs";
+  enable_task_cache();
   task_cache_trim();
   const std::size_t all_before = task_memory_bytes();
   const std::size_t mine_before = task_cache_slab_bytes();
@@ -63,10 +64,11 @@ TEST(TaskAllocTrim, ProcessWideFigureFollowsEveryThreadsSlabs) {
   ASSERT_GE(mine_grown, 64 * kBytes);
   EXPECT_EQ(task_memory_bytes(), all_before + mine_grown);
 
-  // Another thread's carving counts too. (It may adopt an exited thread's cache: trimmed
-  // first, so that what it adopted does not blur its own figures.)
+  // Another thread's carving counts too. (It may adopt an exited thread's cache, with its
+  // slabs: adopted and trimmed first, so that they do not blur its own figures.)
   std::size_t theirs_grown = 0, theirs_released = 0, all_at_start = 0, all_while_theirs = 0, all_after = 0;
   std::thread([&] {
+    enable_task_cache();  // adopts an exited thread's cache now, if there is one
     task_cache_trim();
     all_at_start = task_memory_bytes();
     const std::size_t base = task_cache_slab_bytes();
