@@ -150,7 +150,9 @@ exec::Task<HeadRead> MessageReader::read_head(io::Deadline first_byte, io::Clock
       }
       if (w.which == 1) {
         if (watch->peer_closed()) co_return HeadRead{ReadStatus::kPeerGone, {}, partial};
-        watch = nullptr;  // pipelined bytes, not a close: stop watching
+        // Pipelined bytes, not a close: stop watching. A receive that found no free buffer
+        // brought nothing (io::Stream::woke_with_input): watch on.
+        if (watch->woke_with_input()) watch = nullptr;
       } else {
         readable = true;
       }

@@ -72,8 +72,9 @@ class Stream {
     wait.start(tcp_.socket(), dl, std::move(w));
   }
 
-  // After the idle wait above completed: false when there is nothing to read after all
-  // (TcpStream::woke_with_input: a receive started while the ring had no free buffer).
+  // After a readable wait on this stream completed (the idle wait above, or a watch):
+  // false when there is nothing to read after all (TcpStream::woke_with_input: a receive
+  // started while the ring had no free buffer).
   bool woke_with_input() { return (tls_ != nullptr && tls_->has_buffered()) || tcp_.woke_with_input(); }
   using PeerState = TcpStream::PeerState;
   PeerState peek() { return tls_ ? tls_->peek(tcp_) : tcp_.peek(); }

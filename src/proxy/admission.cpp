@@ -79,12 +79,14 @@ exec::Task<Admit> admit(exec::Semaphore* sem, exec::Semaphore::Permit& permit,
       break;
     }
     if (dl.expired()) break;  // queue timeout
-    // Woken early: the client closed, or sent more bytes (pipelining): keep waiting.
+    // Woken early: the client closed, or sent more bytes (pipelining): keep waiting, no
+    // longer watching (the bytes would wake us again at once). A receive that found no
+    // free buffer brought nothing (io::Stream::woke_with_input): watch on.
     if (client.peer_closed()) {
       out = Admit::kClientGone;
       break;
     }
-    watch_client = false;
+    if (client.woke_with_input()) watch_client = false;
   }
   st.queued.fetch_sub(1, std::memory_order_relaxed);
   st.wait.observe(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(exec::tick_now() - t0).count()));
