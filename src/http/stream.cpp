@@ -149,10 +149,12 @@ exec::Task<HeadRead> MessageReader::read_head(io::Deadline first_byte, io::Clock
         co_return HeadRead{w.ec == std::errc::timed_out ? ReadStatus::kTimeout : ReadStatus::kIoError, w.ec, partial};
       }
       if (w.which == 1) {
-        if (watch->peer_closed()) co_return HeadRead{ReadStatus::kPeerGone, {}, partial};
-        // Pipelined bytes, not a close: stop watching. A receive that found no free buffer
-        // brought nothing (io::Stream::woke_with_input): watch on.
-        if (watch->woke_with_input()) watch = nullptr;
+        // A receive that found no free buffer brought nothing (io::Stream::woke_with_input):
+        // watch on. Otherwise a close, or pipelined bytes: stop watching.
+        if (watch->woke_with_input()) {
+          if (watch->peer_closed()) co_return HeadRead{ReadStatus::kPeerGone, {}, partial};
+          watch = nullptr;
+        }
       } else {
         readable = true;
       }

@@ -452,7 +452,6 @@ void process_families(Families& fs, proxy::Gateway& gw, const std::optional<Proc
     fs.scalar("process_open_fds", "Number of open file descriptors.", MetricType::Gauge, p->open_fds);
     fs.scalar("process_max_fds", "Maximum number of open file descriptors.", MetricType::Gauge, p->max_fds);
   }
-
 }
 
 }  // namespace

@@ -78,7 +78,7 @@ std::optional<ProcessStats> read_process_stats() {
 
 std::optional<HeapStats> read_heap_stats() {
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || __GLIBC_MINOR__ >= 33)
-  // Walks every arena's bins under its lock: microseconds, once per scrape.
+  // Walks every arena's free chunks under its lock; once per scrape, off the workers.
   const struct mallinfo2 m = ::mallinfo2();
   return HeapStats{static_cast<double>(m.uordblks + m.hblkhd), static_cast<double>(m.fordblks + m.fsmblks)};
 #else

@@ -79,14 +79,15 @@ exec::Task<Admit> admit(exec::Semaphore* sem, exec::Semaphore::Permit& permit,
       break;
     }
     if (dl.expired()) break;  // queue timeout
-    // Woken early: the client closed, or sent more bytes (pipelining): keep waiting, no
-    // longer watching (the bytes would wake us again at once). A receive that found no
-    // free buffer brought nothing (io::Stream::woke_with_input): watch on.
+    // Woken early. A receive that found no free buffer brought nothing
+    // (io::Stream::woke_with_input): watch on. Otherwise the client closed, or sent more
+    // bytes (pipelining): keep waiting, no longer watching (they would wake us at once).
+    if (!client.woke_with_input()) continue;
     if (client.peer_closed()) {
       out = Admit::kClientGone;
       break;
     }
-    if (client.woke_with_input()) watch_client = false;
+    watch_client = false;
   }
   st.queued.fetch_sub(1, std::memory_order_relaxed);
   st.wait.observe(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(exec::tick_now() - t0).count()));
