@@ -3,7 +3,8 @@ names, an expired leaf, a key that matches none of them, and client certificates
 CA and from a CA nobody trusts."""
 import os
 import subprocess
-import tempfile
+
+from harness import temp_dir
 
 
 def _run(*argv):
@@ -12,7 +13,7 @@ def _run(*argv):
 
 class Certs:
     def __init__(self):
-        self.dir = tempfile.mkdtemp(prefix="sgcerts-")
+        self.dir = temp_dir("sgcerts-")
         self.ca = self._ca("ca", "stealgate test CA")
         self.other_ca = self._ca("other-ca", "untrusted CA")
 

@@ -5,11 +5,13 @@ The stealgate binary comes from $STEALGATE_BIN (meson passes it). Listeners in t
 use port 0; the harness reads the real ports from stealgate's log lines
 ("listener NAME on ADDR (port N)", "admin endpoint on ADDR (port N)").
 """
+import atexit
 import json
 import os
 import re
 import signal
 import socket
+import shutil
 import ssl
 import subprocess
 import sys
@@ -39,6 +41,23 @@ SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime
 # (sanitizers slow everything down); 1 in a plain build.
 TIMEOUT_SCALE = float(os.environ.get("STEALGATE_TIMEOUT_SCALE", "1"))
 RUNNING = []  # Stealgate processes not stopped yet
+_TEMP_DIRS = []  # removed when the suite's process exits
+
+
+def temp_dir(prefix="sgtest-"):
+    """A fresh directory under $TMPDIR, removed with everything in it when the suite
+    exits (a full run makes about 1,500: they must not pile up in /tmp)."""
+    d = tempfile.mkdtemp(prefix=prefix)
+    _TEMP_DIRS.append(d)
+    return d
+
+
+@atexit.register
+def _remove_temp_dirs():
+    for d in _TEMP_DIRS:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 # The one accepted reason to skip: the test cannot mean anything in this build (an RSS bound
 # under AddressSanitizer). main() reports such skips (and appends them to the file named by
 # $STEALGATE_NOT_APPLICABLE_LOG, which scripts/test.sh prints in its summary); any other
@@ -154,7 +173,7 @@ class Stealgate:
         descriptors 3, 4, ... named by LISTEN_FDNAMES, LISTEN_PID the daemon's own pid).
         `env`: variables to set (a value of None removes one). `wrapper`: a command the
         binary runs under (argv prefix)."""
-        self.dir = tempfile.mkdtemp(prefix="sgtest-")
+        self.dir = temp_dir()
         self.config_path = os.path.join(self.dir, "stealgate.yaml")
         self.write_config(config_yaml)
         self.log_lines = []

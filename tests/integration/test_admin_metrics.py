@@ -7,14 +7,13 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
 import urllib.parse
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import (NOT_IN_THIS_BUILD, TIMEOUT_SCALE, Client, Stealgate, Upstream, config, main,  # noqa: E402
+from harness import (temp_dir, NOT_IN_THIS_BUILD, TIMEOUT_SCALE, Client, Stealgate, Upstream, config, main,  # noqa: E402
                      request_once, sanitized_binary)
 
 
@@ -159,7 +158,7 @@ class AdminMetricsTest(unittest.TestCase):
             self.skipTest("prometheus not installed (Debian package prometheus)")
         for _ in range(5):
             request_once(self.sg.port, "GET", "/hello")
-        d = tempfile.mkdtemp(prefix="sgprom-")
+        d = temp_dir("sgprom-")
         port = free_port()
         with open(os.path.join(d, "prometheus.yml"), "w") as f:
             f.write(f"""global:

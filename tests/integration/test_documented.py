@@ -8,13 +8,12 @@ import select
 import signal
 import socket
 import sys
-import tempfile
 import threading
 import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import TIMEOUT_SCALE, Client, Stealgate, Upstream, config, main, request_once  # noqa: E402
+from harness import temp_dir, TIMEOUT_SCALE, Client, Stealgate, Upstream, config, main, request_once  # noqa: E402
 
 
 def app_route(extra=""):
@@ -236,7 +235,7 @@ class LifecycleTest(unittest.TestCase):
         # The access log goes to a FIFO whose reader does not read: once the pipe is full the
         # log thread blocks, the queue (16 lines) fills, and further lines must be dropped
         # (and counted) while requests go on being served.
-        d = tempfile.mkdtemp()
+        d = temp_dir()
         fifo = os.path.join(d, "access.fifo")
         os.mkfifo(fifo)
         rfd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)

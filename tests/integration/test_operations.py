@@ -9,13 +9,12 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import TIMEOUT_SCALE, BIN, Client, RefusingAddress, Stealgate, Upstream, config, listening_sockets, main, request_once  # noqa: E402
+from harness import temp_dir, TIMEOUT_SCALE, BIN, Client, RefusingAddress, Stealgate, Upstream, config, listening_sockets, main, request_once  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 
@@ -80,7 +79,7 @@ class CheckConfigTest(unittest.TestCase):
         p = self.run_bin("--print-config", "-c", path)
         self.assertEqual(p.returncode, 0)
         self.assertIn("header_timeout: 10s", p.stdout)
-        d = tempfile.mkdtemp()
+        d = temp_dir()
         with open(os.path.join(d, "printed.yaml"), "w") as f:
             f.write(p.stdout)
         self.assertEqual(self.run_bin("-t", os.path.join(d, "printed.yaml")).returncode, 0)
@@ -100,7 +99,7 @@ class CheckConfigTest(unittest.TestCase):
             if line.strip() and not line.startswith("    "):
                 break
             embedded.append(line[4:])
-        d = tempfile.mkdtemp()
+        d = temp_dir()
         k8s = os.path.join(d, "configmap-stealgate.yaml")
         with open(k8s, "w") as f:
             f.write("\n".join(embedded))
@@ -111,7 +110,7 @@ class CheckConfigTest(unittest.TestCase):
             self.assertEqual(r.returncode, 0, f"{path}: {r.stderr}")
 
     def test_invalid_config_names_position_and_field(self):
-        d = tempfile.mkdtemp()
+        d = temp_dir()
         path = os.path.join(d, "bad.yaml")
         with open(path, "w") as f:
             f.write("listeners:\n  - address: 127.0.0.1:0\nclusters:\n  - name: api\n    endpoints: [127.0.0.1:1]\n"
@@ -306,7 +305,7 @@ class DrainTest(unittest.TestCase):
 
 class NotifyTest(unittest.TestCase):
     def test_sd_notify_messages(self):
-        d = tempfile.mkdtemp()
+        d = temp_dir()
         path = os.path.join(d, "notify.sock")
         s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         s.bind(path)
@@ -341,7 +340,7 @@ class AccessLogTest(unittest.TestCase):
         raise AssertionError(f"no access log entry for {target}")
 
     def test_json_access_log_to_file_reopened_on_sigusr1(self):
-        d = tempfile.mkdtemp()
+        d = temp_dir()
         log = os.path.join(d, "access.log")
         dead = RefusingAddress()
         self.addCleanup(dead.close)
@@ -399,7 +398,7 @@ class SystemdUnitTest(unittest.TestCase):
                     "NoNewPrivileges=yes", "CAP_NET_BIND_SERVICE", "LimitNOFILE=",
                     "Sockets=stealgate.socket stealgate-admin.socket"):
             self.assertIn(key, unit)
-        d = tempfile.mkdtemp()
+        d = temp_dir()
         unit = unit.replace("/usr/bin/stealgate", os.path.abspath(BIN))
         paths = [os.path.join(d, "stealgate.service")]
         with open(paths[0], "w") as f:

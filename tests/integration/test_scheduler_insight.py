@@ -15,7 +15,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import TIMEOUT_SCALE, Client, Stealgate, Upstream, config, main  # noqa: E402
+from harness import temp_dir, TIMEOUT_SCALE, Client, Stealgate, Upstream, config, main  # noqa: E402
 
 OUTPUT_DIR = os.environ.get("STEALGATE_TEST_OUTPUT") or os.path.join(tempfile.gettempdir(), "stealgate-test-output")
 
@@ -165,7 +165,7 @@ class SchedulerPageTest(unittest.TestCase):
         try:
             os.makedirs(OUTPUT_DIR, exist_ok=True)
             url = f"http://127.0.0.1:{sg.admin_port}/debug/scheduler"
-            profile = tempfile.mkdtemp(prefix="sg-chromium-")
+            profile = temp_dir("sg-chromium-")
             common = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                       f"--user-data-dir={profile}", "--virtual-time-budget=4000", "--window-size=1280,1000"]
             dom = subprocess.run(common + ["--dump-dom", url], capture_output=True, text=True,

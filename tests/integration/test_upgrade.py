@@ -10,13 +10,12 @@ import shutil
 import signal
 import socket
 import sys
-import tempfile
 import threading
 import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import BIN, SANITIZER_MARKERS, TIMEOUT_SCALE, Client, Stealgate, Upstream, config, listening_inodes, main, request_once  # noqa: E402
+from harness import temp_dir, BIN, SANITIZER_MARKERS, TIMEOUT_SCALE, Client, Stealgate, Upstream, config, listening_inodes, main, request_once  # noqa: E402
 
 # The new process outlives the old one, its parent: as a subreaper this test process
 # inherits it, so its exit status can be checked like any child's.
@@ -203,7 +202,7 @@ class BinaryUpgradeTest(unittest.TestCase):
     def test_replaced_binary_that_fails_keeps_the_old_process_serving(self):
         # The upgrade runs the file now at the path the process was started from: replace
         # it (as a package manager does, by renaming over it) with one that cannot serve.
-        d = tempfile.mkdtemp()
+        d = temp_dir()
         path = os.path.join(d, "stealgate")
         shutil.copy(BIN, path)
         sg = Stealgate(upgrade_config(self.up), binary=path)
