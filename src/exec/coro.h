@@ -24,6 +24,7 @@
 #pragma once
 
 #include <coroutine>
+#include <cstdint>
 #include <exception>
 #include <optional>
 #include <system_error>
@@ -39,12 +40,15 @@ namespace sg::exec {
 // system_category() out of line, which the hot wake path should not pay for nothing.
 struct WaitResult {
   int code = 0;                                  // 0: success
+  // Which of a wait's raced operations completed (a tag, io/wait.h); what an operation
+  // transferred stays with the operation. 32 bits, beside `code`: every task carries one,
+  // and an idle connection is its task alone (proxy/session.cpp).
+  uint32_t value = 0;
   const std::error_category* category = nullptr;
-  std::size_t value = 0;                         // operation-specific (bytes, tag, ...)
 
   WaitResult() = default;
-  WaitResult(std::error_code e, std::size_t v = 0) noexcept  // NOLINT(google-explicit-constructor)
-      : code(e.value()), category(e ? &e.category() : nullptr), value(v) {}
+  WaitResult(std::error_code e, std::size_t tag = 0) noexcept  // NOLINT(google-explicit-constructor)
+      : code(e.value()), value(static_cast<uint32_t>(tag)), category(e ? &e.category() : nullptr) {}
   std::error_code ec() const noexcept {
     return code == 0 ? std::error_code{} : std::error_code(code, *category);
   }

@@ -21,10 +21,11 @@
 
 namespace sg::exec {
 
+// A node is the base of what it times (exec::TimerEntry), which finds itself from the node
+// the wheel hands back with a static_cast: no owner pointer.
 struct TimerNode {
   TimerNode* prev = nullptr;
   TimerNode* next = nullptr;
-  void* owner = nullptr;  // what the node belongs to (for the fire callback)
   uint64_t when = 0;  // expiry, ms on the wheel's clock
   uint8_t level = 0;
   uint8_t slot = 0;

@@ -20,7 +20,7 @@ constexpr std::size_t kFireBatch = 64;
 bool TimerEntry::arm(Timers& timers, Clock::time_point at, Waker& w, std::size_t tag) {
   cancel();
   waker_ = std::move(w);
-  tag_ = static_cast<uint32_t>(tag);
+  tag_ = static_cast<uint16_t>(tag);
   if (!timers.arm(*this, timers.deadline_ms(at))) {
     w = std::move(waker_);
     return false;
@@ -52,13 +52,12 @@ uint64_t Timers::deadline_ms(Clock::time_point t) const {
 
 bool Timers::arm(TimerEntry& e, uint64_t when) {
   const ThreadContext& c = tl_ctx;
-  const auto shard = static_cast<uint32_t>(c.scheduler != nullptr ? c.worker_index % num_shards_ : 0);
+  const auto shard = static_cast<uint16_t>(c.scheduler != nullptr ? c.worker_index % num_shards_ : 0);
   Shard& s = shards_[shard];
-  e.node_.when = when;
-  e.node_.owner = &e;
+  e.when = when;
   {
     std::lock_guard lk(s.mu);
-    if (s.closed || !s.wheel.insert(&e.node_)) return false;
+    if (s.closed || !s.wheel.insert(&e.node())) return false;
     if (when < s.next_due.load(std::memory_order_relaxed)) s.next_due.store(when, std::memory_order_seq_cst);
   }
   e.timers_ = this;
@@ -74,7 +73,7 @@ void Timers::cancel(TimerEntry& e) {
   Waker drop;
   {
     std::lock_guard lk(shards_[e.shard_].mu);
-    shards_[e.shard_].wheel.remove(&e.node_);
+    shards_[e.shard_].wheel.remove(&e.node());
     drop = std::move(e.waker_);  // empty when the timer fired
   }
   // `drop` releases its task reference here, outside the lock.
@@ -101,9 +100,9 @@ std::size_t Timers::process(Clock::time_point now, std::size_t max, std::size_t 
       {
         std::lock_guard lk(s.mu);
         n = s.wheel.advance(ms, limit, [&](TimerNode* node) {
-          auto* e = static_cast<TimerEntry*>(node->owner);
-          const uint64_t gen = e->waker_.generation();
-          batch[n++] = Fired{e->waker_.release(), gen, e->tag_};
+          TimerEntry& e = TimerEntry::of(node);
+          const uint64_t gen = e.waker_.generation();
+          batch[n++] = Fired{e.waker_.release(), gen, e.tag_};
         });
         s.next_due.store(s.wheel.next_expiration().value_or(kNoDeadline), std::memory_order_relaxed);
       }
@@ -154,7 +153,7 @@ void Timers::shutdown() {
         TimerNode* n = s.wheel.first();
         if (n == nullptr) break;
         s.wheel.remove(n);
-        w = std::move(static_cast<TimerEntry*>(n->owner)->waker_);
+        w = std::move(TimerEntry::of(n).waker_);
       }
       std::move(w).wake({std::make_error_code(std::errc::operation_canceled)}, ScheduleKind::kDriver);
     }

@@ -50,14 +50,15 @@ class Timers;
 
 // One armable deadline, living in its owner (an awaiter). Armed at most once at a time;
 // the owner must cancel() (or let the destructor do it) before reusing or freeing it.
-class TimerEntry {
+// Privately a TimerNode, the wheel's link (Timers converts back from the node).
+class TimerEntry : private TimerNode {
  public:
   TimerEntry() = default;
   TimerEntry(const TimerEntry&) = delete;
   TimerEntry& operator=(const TimerEntry&) = delete;
   ~TimerEntry() { cancel(); }
 
-  // Completes `w`'s wait with WaitResult{{}, tag} at `at`, taking `w` (tag < 2^32). False
+  // Completes `w`'s wait with WaitResult{{}, tag} at `at`, taking `w` (tag < 2^16). False
   // when `at` is already due (or the runtime shut down): nothing is armed and `w` stays
   // with the caller, who decides what that means (usually: complete the wait now).
   bool arm(Timers& timers, Clock::time_point at, Waker& w, std::size_t tag);
@@ -67,14 +68,19 @@ class TimerEntry {
 
  private:
   friend class Timers;
-  TimerNode node_;
+  TimerNode& node() { return *this; }
+  static TimerEntry& of(TimerNode* n) { return static_cast<TimerEntry&>(*n); }
+
+  // These two fill the node's tail padding (sizeof below): every wait with a deadline
+  // carries an entry, an idle connection's task among them (proxy/session.cpp). A tag
+  // says which of a wait's raced operations fired (a few values); shards are workers
+  // (at most 1,024).
+  uint16_t tag_ = 0;
+  uint16_t shard_ = 0;
   Waker waker_;
   Timers* timers_ = nullptr;  // set while armed (owner's thread only)
-  // Beside shard_: a timer's tags are small (which of a wait's raced operations fired),
-  // and every connection waits with one of these (an idle one: proxy/session.cpp).
-  uint32_t tag_ = 0;
-  uint32_t shard_ = 0;
 };
+static_assert(sizeof(TimerEntry) == 56);
 
 class Timers {
  public:

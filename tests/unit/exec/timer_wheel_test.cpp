@@ -125,7 +125,6 @@ TEST(TimerWheel, RandomScheduleMatchesModel) {
   std::vector<Entry> entries(4000);
   std::map<TimerNode*, Entry*> by_node;
   for (auto& e : entries) {
-    e.node.owner = &e;
     by_node[&e.node] = &e;
   }
   uint64_t now = 0;
