@@ -42,7 +42,7 @@ std::string endpoint_text(const tcp::endpoint& ep) {
 Result<Socket> Socket::adopt(IoContext io, int fd) {
   Socket s;
   if (io.reactor != nullptr) {
-    s.desc_.emplace(io.reactor->get_executor());
+    s.desc_ = std::make_unique<Descriptor>(io.reactor->get_executor());
     std::error_code ec;
     s.desc_->assign(fd, ec);  // registers with the reactor
     if (ec) {

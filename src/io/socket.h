@@ -14,7 +14,7 @@
 
 #include <atomic>
 #include <cstdint>
-#include <optional>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -63,7 +63,7 @@ class Socket {
   // (a TLS close_notify) goes last if the socket takes it without waiting.
   void close(std::string_view tail = {});
   // The reactor registration (null on io_uring, or when closed).
-  Descriptor* reactor_handle() { return desc_ ? &*desc_ : nullptr; }
+  Descriptor* reactor_handle() { return desc_.get(); }
   // io_uring: the socket's receive, started by a readable wait and kept (with what it
   // received) until a read has taken all of it (holds a reference; see io/uring.h).
   UringOp*& receive_op() { return recv_; }
@@ -93,7 +93,10 @@ class Socket {
 
   // (fd_ beside streaming_: no padding, so that an idle connection's task stays in its
   // allocation class; see proxy/session.cpp.)
-  std::optional<Descriptor> desc_;  // epoll driver: owns fd_ (closing it closes fd_)
+  // epoll driver: owns fd_ (closing it closes fd_). On the heap, so that a socket on
+  // io_uring, and an idle connection's task with it, does not carry Asio's 40 bytes; on
+  // epoll one allocation per socket, beside the reactor's own per-descriptor state.
+  std::unique_ptr<Descriptor> desc_;
   UringOp* recv_ = nullptr;
   std::atomic<UringOp*> send_{nullptr};
   int fd_ = -1;

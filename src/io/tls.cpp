@@ -285,6 +285,7 @@ exec::Task<std::error_code> TlsLayer::handshake(TcpStream& sock, Deadline dl) {
     std::lock_guard g(mu_);
     shed_buffers_locked(kKeepCipher);
   }
+  if (SSL_is_server(ssl_) == 1) summary_ = agreed();
   co_return std::error_code{};
 }
 
@@ -410,7 +411,7 @@ std::string TlsLayer::close_notify() {
   return alert;
 }
 
-TlsSummary TlsLayer::summary() const {
+TlsSummary TlsLayer::agreed() const {
   TlsSummary s;
   s.version = SSL_get_version(ssl_);
   if (const char* c = SSL_get_cipher_name(ssl_)) s.cipher = c;

@@ -115,7 +115,10 @@ class TlsLayer {
   // What those buffers hold now, in bytes of capacity (the task that owns the stream).
   std::size_t idle_releasable_bytes();
 
-  TlsSummary summary() const;
+  // What the handshake agreed on: set when a server-side handshake succeeds (the client
+  // connection's TLS fields in logs and headers, for every request on it); empty before,
+  // and on the client side.
+  const TlsSummary& summary() const { return summary_; }
   // Whether the handshake resumed an earlier session.
   bool resumed() const { return SSL_session_reused(ssl_) == 1; }
   // The cause of the last failure: OpenSSL's reason ("no shared cipher"), or ours.
@@ -138,6 +141,7 @@ class TlsLayer {
   // Scratch for ciphertext when the caller's buffer is small.
   std::span<char> scratch(std::span<char> buf);
   void note_failure(std::string_view kind);
+  TlsSummary agreed() const;
 
   std::mutex mu_;
   SSL* ssl_ = nullptr;
@@ -152,6 +156,7 @@ class TlsLayer {
   std::unique_ptr<char[]> scratch_;
   std::string reason_;
   std::string_view failure_kind_ = "other";
+  TlsSummary summary_;
   std::shared_ptr<const void> owner_;  // server side: what the SSL object's contexts belong to
 };
 

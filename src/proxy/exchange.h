@@ -6,6 +6,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "config/schema.h"
 #include "exec/semaphore.h"
@@ -19,8 +20,10 @@ namespace sg::proxy {
 struct RequestContext {
   std::chrono::steady_clock::time_point start;
   RequestId request_id;
-  std::string client_ip;
-  std::string client;  // ip:port
+  // The connection's peer (session.cpp's Peer, which outlives its requests): views, so
+  // that an address longer than std::string keeps inline costs no malloc per request.
+  std::string_view client_ip;
+  std::string_view client;  // ip:port
   const io::TlsSummary* tls = nullptr;  // the client connection's TLS; null when plain
   std::string route = "-";
   int route_index = -1;       // index in the snapshot's route table, -1 = none matched
