@@ -190,9 +190,14 @@ void UringDriver::count_receive(bool found_no_buffer) {
         buffers_in_use_.load(std::memory_order_relaxed) >= provided) {
       // (The clock only here: at most once per kGrowAfterShortages receives.)
       const auto now = std::chrono::steady_clock::now();
-      if (now - last_growth_ >= kGrowInterval) {
+      if (shortages_since_ == std::chrono::steady_clock::time_point{} || now - last_shortage_ > kGrowInterval) {
+        shortages_since_ = now;  // a streak starts
+      }
+      last_shortage_ = now;
+      if (now - shortages_since_ >= kGrowInterval) {
+        // Load, not a burst: double. The next doubling needs a streak as long.
         provide_new_buffers(static_cast<unsigned>(provided));
-        last_growth_ = now;
+        shortages_since_ = now;
       }
       window_receives_ = window_shortages_ = 0;
       return;

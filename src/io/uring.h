@@ -44,8 +44,9 @@
 // into one of the ring's provided buffers (a buffer ring of up to kReceiveBuffers x
 // kReceiveBufferSize, registered per ring), so no buffer is tied to a socket until bytes
 // arrive: an idle keep-alive connection holds none. The ring starts with
-// kInitialReceiveBuffers and doubles, up to kReceiveBuffers, while more than one receive
-// in kShortageRate finds none free (each such receive reads with a plain recv instead):
+// kInitialReceiveBuffers and doubles, up to kReceiveBuffers, once more than one receive
+// in kShortageRate has kept finding none free for kGrowInterval (each such receive reads
+// with a plain recv instead):
 // the kernel hands buffers out in ring order, so every provided buffer's page becomes
 // resident, and a ring that rarely needs more than a few keeps only those (after 3 s of
 // wrk -c4, PSS 12.1 MiB against 13.8 with all 256 provided from the start; -c64: 64
@@ -237,15 +238,22 @@ class UringDriver final : public exec::Driver {
   static constexpr std::size_t kMaxAcceptsQueued = 256;
   static constexpr unsigned kReceiveBuffers = 1024;        // per ring, at most
   static constexpr unsigned kInitialReceiveBuffers = 32;   // provided when the ring starts
-  // The ring doubles at a shortage that is at least the kGrowAfterShortages-th, and at
-  // least one in kShortageRate, of the receives counted since it last grew (the count
-  // starts over every kShortageWindow receives), and at most once per kGrowInterval.
+  // A shortage counts when it is at least the kGrowAfterShortages-th, and at least one in
+  // kShortageRate, of the receives counted since the last one that counted (the count
+  // starts over every kShortageWindow receives), with every buffer of the ring holding
+  // bytes. The ring doubles when such shortages have kept coming for kGrowInterval, none
+  // more than kGrowInterval after the one before. (A streak could not also end at a window
+  // of receives without one: under load most shortages find a buffer just recycled and do
+  // not count, and at 1,000 connections the rings stayed at 64-128 buffers instead of
+  // 256, with twice the shortages.)
   // A receive that finds no buffer reads with a recv instead: at 1,000 connections, 1.75
   // such per proxied GET (64 buffers) cost 21-24 us of CPU per request against 21-22 with
   // 0.03 (512 buffers). Growth follows sustained load, not a burst: the pages of every
   // buffer a ring has ever had stay resident (the kernel hands them out in ring order,
-  // and none can be withdrawn), and 10,000 connections opened 200 at a time grew both
-  // rings to 256 within a second, 2 MiB for good (205 B per connection of that burst).
+  // and none can be withdrawn). 10,000 connections opened 200 at a time (0.8 s) grew both
+  // rings to 256 within a second when the first counted shortage doubled at once, 2 MiB
+  // for good (205 B per connection of that burst); later, with doubling at most once a
+  // second, to 64 or 128, 512-768 KiB; now they stay at 32.
   static constexpr unsigned kGrowAfterShortages = 16;
   static constexpr unsigned kShortageRate = 16;
   static constexpr unsigned kShortageWindow = 1024;
@@ -342,7 +350,10 @@ class UringDriver final : public exec::Driver {
   std::atomic<std::size_t> buffers_provided_{0};
   unsigned window_receives_ = 0;   // the ring's thread's, for count_receive()
   unsigned window_shortages_ = 0;
-  std::chrono::steady_clock::time_point last_growth_{};
+  // The current streak of counted shortages (count_receive): when it began (the epoch:
+  // none) and its latest.
+  std::chrono::steady_clock::time_point shortages_since_{};
+  std::chrono::steady_clock::time_point last_shortage_{};
   std::atomic<uint64_t> buffer_shortages_{0};
 
   std::mutex remote_mu_;
