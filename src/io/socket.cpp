@@ -24,11 +24,10 @@ char* put_decimal(char* p, unsigned v) {
 
 }  // namespace
 
-std::string endpoint_text(const tcp::endpoint& ep) {
+std::size_t write_endpoint_v4_text(const tcp::endpoint& ep, char (&out)[kEndpointV4TextMax]) {
   const asio::ip::address addr = ep.address();
-  if (!addr.is_v4()) return "[" + addr.to_string() + "]:" + std::to_string(ep.port());
-  char text[24];  // 255.255.255.255:65535
-  char* p = text;
+  if (!addr.is_v4()) return 0;
+  char* p = out;
   const asio::ip::address_v4::bytes_type b = addr.to_v4().to_bytes();
   for (std::size_t i = 0; i < b.size(); ++i) {
     if (i != 0) *p++ = '.';
@@ -36,7 +35,13 @@ std::string endpoint_text(const tcp::endpoint& ep) {
   }
   *p++ = ':';
   p = put_decimal(p, ep.port());
-  return std::string(text, p);
+  return static_cast<std::size_t>(p - out);
+}
+
+std::string endpoint_text(const tcp::endpoint& ep) {
+  char v4[kEndpointV4TextMax];
+  if (std::size_t n = write_endpoint_v4_text(ep, v4); n != 0) return std::string(v4, n);
+  return "[" + ep.address().to_string() + "]:" + std::to_string(ep.port());
 }
 
 Result<Socket> Socket::adopt(IoContext io, int fd) {

@@ -28,6 +28,10 @@ using Descriptor = asio::posix::basic_stream_descriptor<asio::io_context::execut
 // "a.b.c.d:port" or "[v6]:port". IPv4 is formatted by hand: Asio's to_string goes through
 // inet_ntop's sprintf, which cost 4% of a connection-per-request's user-space instructions.
 std::string endpoint_text(const tcp::endpoint& ep);
+// "255.255.255.255:65535"
+inline constexpr std::size_t kEndpointV4TextMax = 21;
+// An IPv4 endpoint's text into `out`, without allocating: its length, or 0 for IPv6.
+std::size_t write_endpoint_v4_text(const tcp::endpoint& ep, char (&out)[kEndpointV4TextMax]);
 
 enum class Interest : uint8_t { kRead, kWrite };
 struct UringOp;

@@ -44,7 +44,7 @@ void write_access_log(const RequestContext& c, const http::RequestHead& req, uin
   }
 }
 
-void log_refused_request(const std::string& peer, int status, const std::string& note) {
+void log_refused_request(std::string_view peer, int status, const std::string& note) {
   auto l = log::access();
   if (!l) return;
   if (log::access_json()) {

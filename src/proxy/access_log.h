@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "http/message.h"
 #include "proxy/exchange.h"
@@ -12,6 +13,6 @@ namespace sg::proxy {
 
 void write_access_log(const RequestContext& c, const http::RequestHead& req, uint64_t duration_us);
 // A request refused before it was parsed or routed (malformed, too slow, a refused path).
-void log_refused_request(const std::string& peer, int status, const std::string& note);
+void log_refused_request(std::string_view peer, int status, const std::string& note);
 
 }  // namespace sg::proxy

@@ -19,6 +19,7 @@
 #include "proxy/exchange.h"
 #include "proxy/headers.h"
 #include "proxy/local_reply.h"
+#include "proxy/peer.h"
 
 namespace sg::proxy {
 
@@ -35,28 +36,13 @@ http::ParserLimits parser_limits(const config::ListenerSection& l) {
   return p;
 }
 
-// Who is on the other end of a downstream connection. Kept for the connection's life,
-// idle time included, so it is kept small. (On a TLS listener what the handshake agreed
-// on stays with the stream: client_tls.)
-struct Peer {
-  std::string address;  // ip:port
-
-  explicit Peer(const io::tcp::endpoint& ep) : address(io::endpoint_text(ep)) {}
-  // The address without its port (and an IPv6 address without its brackets).
-  std::string_view ip() const {
-    std::string_view ip = std::string_view(address).substr(0, address.rfind(':'));
-    if (ip.size() >= 2 && ip.front() == '[') ip = ip.substr(1, ip.size() - 2);
-    return ip;
-  }
-};
-
 // Names the connection's task in /debug/tasks ("listener ip:port").
 void label_connection(const std::string& listener, const Peer& who) {
   // "listener ip:port", composed on the stack (the registry keeps kTaskNameMax bytes of
   // it anyway): concatenating std::strings cost a malloc per connection.
   char name[exec::kTaskNameMax];
   std::size_t n = 0;
-  for (std::string_view part : {std::string_view(listener), std::string_view(" "), std::string_view(who.address)}) {
+  for (std::string_view part : {std::string_view(listener), std::string_view(" "), who.address()}) {
     const std::size_t k = std::min(part.size(), sizeof(name) - n);
     std::memcpy(name + n, part.data(), k);
     n += k;
@@ -74,7 +60,7 @@ const io::TlsSummary* client_tls(io::Stream& client) {
 // whether it succeeded.
 // The listener's TLS contexts come from `snap` and stay with the stream (TlsLayer::server).
 exec::Task<bool> accept_tls(ListenerState& ls, const Snapshot& snap, io::Stream& client, const Peer& who) {
-  const std::string& peer = who.address;
+  const std::string_view peer = who.address();
   std::shared_ptr<const tls::ServerContext> tc = snap.tls_for(ls.key);
   if (tc == nullptr) co_return false;  // never serve plaintext on a TLS listener
   const io::Deadline handshake_deadline = io::Deadline::after(tc->config().handshake_timeout);
@@ -190,7 +176,7 @@ exec::Task<Handled> handle_request(Gateway& gw, const std::shared_ptr<const Snap
 // it; the connection is closed after it.
 exec::Task<void> refuse_request(Gateway& gw, const Snapshot& snap, const config::ListenerSection& lcfg,
                                 io::Stream& client, http::MessageReader& reader, int status, const std::string& note,
-                                const std::string& peer) {
+                                std::string_view peer) {
   LocalReply lr;
   lr.status = status;
   lr.close = true;
@@ -235,7 +221,7 @@ void pass_client_subject(http::RequestHead& req, const std::string& header, cons
 exec::Task<bool> serve_request(Gateway& gw, ListenerState& ls, const http::HeadRead& hr, io::Stream& client,
                                http::MessageReader& reader, const Peer& who,
                                std::shared_ptr<const Snapshot>& lsnap, const config::ListenerSection*& lcfg) {
-  const std::string& peer = who.address;
+  const std::string_view peer = who.address();
   RequestContext ctx;
   ctx.start = exec::tick_now();
   ctx.client = peer;
@@ -306,9 +292,9 @@ exec::Task<bool> serve_requests(Gateway& gw, ListenerState& ls, SessionEntry& en
 // holds this object, in its task's allocation, and its socket's pending receive.
 class Connection {
  public:
-  // `who`: the peer, as accept reported it.
-  Connection(std::shared_ptr<ListenerState> ls, io::Stream client, Peer who)
-      : ls_(std::move(ls)), client_(std::move(client)), who_(std::move(who)) {}
+  // `peer`: as accept reported it.
+  Connection(std::shared_ptr<ListenerState> ls, io::Stream client, const io::tcp::endpoint& peer)
+      : ls_(std::move(ls)), client_(std::move(client)), who_(peer) {}
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
   ~Connection() {
@@ -437,7 +423,7 @@ void serve_accepted(Gateway& gw, const std::shared_ptr<ListenerState>& ls, const
   }
   ls->stats.connections_active.fetch_add(1, std::memory_order_relaxed);
   gw.expect_session();
-  exec::spawn_bursts<Connection>({exec::TaskKind::kConnection, {}}, ls, std::move(s), Peer(peer));
+  exec::spawn_bursts<Connection>({exec::TaskKind::kConnection, {}}, ls, std::move(s), peer);
 }
 
 }  // namespace
