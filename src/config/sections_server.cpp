@@ -48,7 +48,8 @@ const Table<RuntimeSection>& runtime_table() {
                  "`stealgate_executor_io_uring_ops_in_flight{worker}` (one per waiting socket), "
                  "`stealgate_executor_io_uring_cancels_total{worker,from}`, "
                  "`stealgate_executor_io_uring_receive_buffers{worker}` (the ring's 4 KiB receive buffers: 32 at "
-                 "start, doubled at most once a second up to 1024 while more than 1 receive in 16 finds none free), "
+                 "start, doubled up to 1024 once more than 1 receive in 16 has kept finding none free for a "
+                 "second), "
                  "`stealgate_executor_io_uring_receive_buffer_shortages_total{worker}` (receives that found none) "
                  "and `stealgate_executor_io_uring_receive_buffers_in_use{worker}` (buffers holding bytes not yet "
                  "read) show each ring"),

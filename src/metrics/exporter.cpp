@@ -194,8 +194,8 @@ void io_uring_families(Families& fs, const std::vector<io::RingStats>& rings) {
                             "ring's worker; other: queued to it by another thread).",
                             MetricType::Counter);
   auto& provided = fs.family("stealgate_executor_io_uring_receive_buffers",
-                             "Receive buffers provided to a worker's ring (4 KiB each; from 32, doubled at most once a "
-                             "second up to 1024 while more than 1 receive in 16 finds none free; never withdrawn).",
+                             "Receive buffers provided to a worker's ring (4 KiB each; from 32, doubled up to 1024 once "
+                             "more than 1 receive in 16 has kept finding none free for a second; never withdrawn).",
                              MetricType::Gauge);
   auto& in_use = fs.family("stealgate_executor_io_uring_receive_buffers_in_use",
                            "Provided receive buffers of a worker's ring holding received bytes not yet read.",
