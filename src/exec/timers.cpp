@@ -1,6 +1,8 @@
 #include "exec/timers.h"
 
 #include <algorithm>
+#include <cassert>
+#include <cstdint>
 #include <limits>
 #include <mutex>
 #include <system_error>
@@ -18,6 +20,7 @@ constexpr std::size_t kFireBatch = 64;
 }  // namespace
 
 bool TimerEntry::arm(Timers& timers, Clock::time_point at, Waker& w, std::size_t tag) {
+  assert(tag <= UINT16_MAX && "TimerEntry::arm: a tag is 16 bits");
   cancel();
   waker_ = std::move(w);
   tag_ = static_cast<uint16_t>(tag);

@@ -242,10 +242,11 @@ class UringDriver final : public exec::Driver {
   // kShortageRate, of the receives counted since the last one that counted (the count
   // starts over every kShortageWindow receives), with every buffer of the ring holding
   // bytes. The ring doubles when such shortages have kept coming for kGrowInterval, none
-  // more than kGrowInterval after the one before. (A streak could not also end at a window
-  // of receives without one: under load most shortages find a buffer just recycled and do
-  // not count, and at 1,000 connections the rings stayed at 64-128 buffers instead of
-  // 256, with twice the shortages.)
+  // more than kGrowInterval after the one before. (Only that gap ends a streak, not a
+  // window of receives without a counted shortage: under load most shortages find a
+  // buffer just recycled and do not count, and with windows ending streaks the rings
+  // stayed at 64-128 buffers at 1,000 connections instead of 256, with twice the
+  // shortages.)
   // A receive that finds no buffer reads with a recv instead: at 1,000 connections, 1.75
   // such per proxied GET (64 buffers) cost 21-24 us of CPU per request against 21-22 with
   // 0.03 (512 buffers). Growth follows sustained load, not a burst: the pages of every
