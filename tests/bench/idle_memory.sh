@@ -25,7 +25,12 @@ DRIVER=${DRIVER:-auto}
 command -v nginx >/dev/null || { echo "idle_memory: nginx is missing (apt-get install -y nginx-light)"; exit 2; }
 ulimit -n $((N + 1000)) 2>/dev/null || { echo "idle_memory: cannot raise the descriptor limit to $((N + 1000))"; exit 2; }
 work=$(mktemp -d /tmp/sg-idlemem.XXXXXX)
-cleanup() { pkill -f "$work/" 2>/dev/null || true; }
+# The work directory stays only when the script failed (its logs say why).
+cleanup() {
+  local rc=$?
+  pkill -f "$work/" 2>/dev/null || true
+  [ "$rc" -ne 0 ] || { sleep 0.2; rm -rf "$work"; }
+}
 trap cleanup EXIT
 cat >"$work/backend.conf" <<EOF
 worker_processes 1; daemon off; pid $work/backend.pid; error_log $work/backend.err;

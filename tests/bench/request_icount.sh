@@ -12,7 +12,12 @@ for tool in valgrind callgrind_control callgrind_annotate nginx python3; do
   command -v "$tool" >/dev/null || { echo "request_icount: $tool is missing (apt-get install -y valgrind nginx-light)"; exit 2; }
 done
 work=$(mktemp -d /tmp/sg-icount.XXXXXX)
-cleanup() { pkill -f "$work/" 2>/dev/null || true; }
+# The work directory stays only when the script failed (its logs say why).
+cleanup() {
+  local rc=$?
+  pkill -f "$work/" 2>/dev/null || true
+  [ "$rc" -ne 0 ] || { sleep 0.2; rm -rf "$work"; }
+}
 trap cleanup EXIT
 cat >"$work/backend.conf" <<EOF2
 worker_processes 1; daemon off; pid $work/backend.pid; error_log $work/backend.err;

@@ -32,7 +32,13 @@ done
 
 work=$(mktemp -d /tmp/sg-tls-bench.XXXXXX)
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+# The work directory stays only when the script failed (its logs say why).
+cleanup() {
+  local rc=$?
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  [ "$rc" -ne 0 ] || rm -rf "$work"
+}
 trap cleanup EXIT
 
 # One certificate for both (the CA is what clients would trust; the benchmark clients do

@@ -15,7 +15,12 @@ for tool in valgrind callgrind_control callgrind_annotate nginx openssl python3;
   command -v "$tool" >/dev/null || { echo "tls_icount: $tool is missing (apt-get install -y valgrind nginx-light)"; exit 2; }
 done
 work=$(mktemp -d /tmp/sg-tls-icount.XXXXXX)
-cleanup() { pkill -f "$work/" 2>/dev/null || true; }
+# The work directory stays only when the script failed (its logs say why).
+cleanup() {
+  local rc=$?
+  pkill -f "$work/" 2>/dev/null || true
+  [ "$rc" -ne 0 ] || { sleep 0.2; rm -rf "$work"; }
+}
 trap cleanup EXIT
 
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$work/key.pem" -out "$work/cert.pem" \
