@@ -24,19 +24,9 @@ HOLD=${HOLD:-4}
 DRIVER=${DRIVER:-auto}
 command -v nginx >/dev/null || { echo "idle_memory: nginx is missing (apt-get install -y nginx-light)"; exit 2; }
 ulimit -n $((N + 1000)) 2>/dev/null || { echo "idle_memory: cannot raise the descriptor limit to $((N + 1000))"; exit 2; }
-work=$(mktemp -d /tmp/sg-idlemem.XXXXXX)
-# The work directory stays only when the script failed (its logs say why).
-cleanup() {
-  local rc=$?
-  pkill -f "$work/" 2>/dev/null || true
-  [ "$rc" -ne 0 ] || { sleep 0.2; rm -rf "$work"; }
-}
-trap cleanup EXIT
-cat >"$work/backend.conf" <<EOF
-worker_processes 1; daemon off; pid $work/backend.pid; error_log $work/backend.err;
-events { worker_connections 4096; }
-http { access_log off; server { listen 127.0.0.1:19151; location / { return 200 "hello\n"; } } }
-EOF
+source tests/bench/lib.sh  # (from the repository root, above)
+bench_workdir idlemem
+backend_conf 19151
 cat >"$work/sg.yaml" <<EOF
 runtime: { worker_threads: 2, io_driver: $DRIVER }
 admin: { address: 127.0.0.1:19951 }

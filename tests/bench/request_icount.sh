@@ -11,20 +11,9 @@ BIN=${1:?usage: request_icount.sh STEALGATE_BINARY}
 for tool in valgrind callgrind_control callgrind_annotate nginx python3; do
   command -v "$tool" >/dev/null || { echo "request_icount: $tool is missing (apt-get install -y valgrind nginx-light)"; exit 2; }
 done
-work=$(mktemp -d /tmp/sg-icount.XXXXXX)
-# The work directory stays only when the script failed (its logs say why).
-cleanup() {
-  local rc=$?
-  pkill -f "$work/" 2>/dev/null || true
-  [ "$rc" -ne 0 ] || { sleep 0.2; rm -rf "$work"; }
-}
-trap cleanup EXIT
-cat >"$work/backend.conf" <<EOF2
-worker_processes 1; daemon off; pid $work/backend.pid; error_log $work/backend.err;
-events { worker_connections 1024; }
-http { access_log off; keepalive_requests 1000000;
-  server { listen 127.0.0.1:19141; location / { return 200 "hello\n"; } } }
-EOF2
+source "$(dirname "$0")/lib.sh"
+bench_workdir icount
+backend_conf 19141
 cat >"$work/sg.yaml" <<EOF2
 runtime: { worker_threads: 2 }
 admin: { address: 127.0.0.1:19942 }

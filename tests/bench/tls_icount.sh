@@ -14,23 +14,12 @@ N=${N:-300}
 for tool in valgrind callgrind_control callgrind_annotate nginx openssl python3; do
   command -v "$tool" >/dev/null || { echo "tls_icount: $tool is missing (apt-get install -y valgrind nginx-light)"; exit 2; }
 done
-work=$(mktemp -d /tmp/sg-tls-icount.XXXXXX)
-# The work directory stays only when the script failed (its logs say why).
-cleanup() {
-  local rc=$?
-  pkill -f "$work/" 2>/dev/null || true
-  [ "$rc" -ne 0 ] || { sleep 0.2; rm -rf "$work"; }
-}
-trap cleanup EXIT
+source "$(dirname "$0")/lib.sh"
+bench_workdir tls-icount
 
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$work/key.pem" -out "$work/cert.pem" \
   -days 2 -subj /CN=localhost -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" 2>/dev/null
-cat >"$work/backend.conf" <<EOF
-worker_processes 1; daemon off; pid $work/backend.pid; error_log $work/backend.err;
-events { worker_connections 1024; }
-http { access_log off; keepalive_requests 1000000;
-  server { listen 127.0.0.1:19151; location / { return 200 "hello\n"; } } }
-EOF
+backend_conf 19151
 cat >"$work/nginx.conf" <<EOF
 master_process off; daemon off; pid $work/nginx.pid; error_log $work/nginx.err;
 events { worker_connections 1024; }
