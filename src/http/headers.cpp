@@ -1,17 +1,42 @@
 #include "http/headers.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 
 namespace sg::http {
 
 namespace {
 char lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c + ('a' - 'A')) : c; }
+
+// Eight bytes lowercased at once: a byte in 'A'..'Z' gains 0x20, every other byte is kept.
+// Per byte of x & 0x7f..: adding 0x3f sets the top bit from 'A' (0x41) up, adding 0x25 from
+// '[' (0x5b) up (no carry crosses bytes: both sums stay below 0x100); a byte with its own
+// top bit set (not ASCII) is excluded.
+uint64_t lower8(uint64_t x) {
+  constexpr uint64_t kOnes = 0x0101010101010101ULL;
+  const uint64_t low7 = x & (0x7f * kOnes);
+  const uint64_t upper = ((low7 + 0x3f * kOnes) ^ (low7 + 0x25 * kOnes)) & ~x & (0x80 * kOnes);
+  return x | (upper >> 2);
+}
+
+bool iequal_byte(char x, char y) { return x == y || lower(x) == lower(y); }
 }  // namespace
 
+// (Runs for every field name looked up, several times per message: a word at a time.)
 bool iequals(std::string_view a, std::string_view b) noexcept {
   if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (lower(a[i]) != lower(b[i])) return false;
+  const char* p = a.data();
+  const char* q = b.data();
+  std::size_t n = a.size();
+  for (; n >= 8; n -= 8, p += 8, q += 8) {
+    uint64_t x, y;
+    std::memcpy(&x, p, 8);
+    std::memcpy(&y, q, 8);
+    if (x != y && lower8(x) != lower8(y)) return false;
+  }
+  for (; n > 0; --n, ++p, ++q) {
+    if (!iequal_byte(*p, *q)) return false;
   }
   return true;
 }

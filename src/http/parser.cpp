@@ -188,12 +188,13 @@ int Parser::on_header_value_complete(llhttp_t* p) {
     return s->fail(s->mode_ == Mode::kRequest ? 431 : 502, "header section too large");
   }
   // Strict mode already rejects CR/LF/NUL and other controls; keep the guarantee here.
-  // (No early exit: the compiler vectorises the scan of a whole value.)
-  bool bad = false;
+  // A head's lines were lexed (lex_in_line refuses NUL, and a line ends at its first CR
+  // or LF), so only trailer fields, which are not, need the scan.
   const std::string_view value = s->value_.get();
-  for (char c : value) bad |= (c == '\0') | (c == '\r') | (c == '\n');
-  if (bad) {
-    return s->fail(s->mode_ == Mode::kRequest ? 400 : 502, "control character in header value");
+  if (s->in_trailers_) {
+    bool bad = false;  // (no early exit: the compiler vectorises the scan of a whole value)
+    for (char c : value) bad |= (c == '\0') | (c == '\r') | (c == '\n');
+    if (bad) return s->fail(s->mode_ == Mode::kRequest ? 400 : 502, "control character in header value");
   }
   target.add_copy(s->field_.get(), trim_ows(value));
   s->field_.clear();
@@ -434,24 +435,28 @@ void Parser::map_llhttp_error(llhttp_errno_t err, const char* /*data*/, std::siz
 }
 
 namespace {
-// The first CR or LF in [p, p + n), or p + n.
-const char* find_cr_or_lf(const char* p, std::size_t n) {
+// The first CR or LF (and with `nul`, NUL) in [p, p + n), or p + n.
+template <bool nul>
+const char* find_line_end(const char* p, std::size_t n) {
   const char* end = p + n;
 #if defined(__SSE2__)
   const __m128i cr = _mm_set1_epi8('\r');
   const __m128i lf = _mm_set1_epi8('\n');
   while (end - p >= 16) {
     __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    int mask = _mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(v, cr), _mm_cmpeq_epi8(v, lf)));
+    __m128i hit = _mm_or_si128(_mm_cmpeq_epi8(v, cr), _mm_cmpeq_epi8(v, lf));
+    if constexpr (nul) hit = _mm_or_si128(hit, _mm_cmpeq_epi8(v, _mm_setzero_si128()));
+    int mask = _mm_movemask_epi8(hit);
     if (mask != 0) return p + __builtin_ctz(static_cast<unsigned>(mask));
     p += 16;
   }
 #endif
   for (; p < end; ++p) {
-    if (*p == '\r' || *p == '\n') return p;
+    if (*p == '\r' || *p == '\n' || (nul && *p == '\0')) return p;
   }
   return end;
 }
+const char* find_cr_or_lf(const char* p, std::size_t n) { return find_line_end<false>(p, n); }
 }  // namespace
 
 bool Parser::lex_head(char* data, std::size_t len) {
@@ -532,7 +537,12 @@ const char* Parser::lex_start_line(const char* data, std::size_t len, std::size_
   if (start_line_len_ < sizeof(start_line_head_)) {
     std::memcpy(start_line_head_ + start_line_len_, p, std::min(n, sizeof(start_line_head_) - start_line_len_));
   }
-  for (std::size_t k = n > 8 ? n - 8 : 0; k < n; ++k) start_line_tail_[(start_line_len_ + k) % 8] = p[k];
+  if (n >= 8) {
+    std::memcpy(start_line_tail_, q - 8, 8);
+  } else {  // (a line arriving in pieces)
+    std::memmove(start_line_tail_, start_line_tail_ + n, 8 - n);
+    std::memcpy(start_line_tail_ + 8 - n, p, n);
+  }
   start_line_len_ += n;
   if (q == data + len) {
     i = len - 1;  // the line continues in the next read
@@ -566,9 +576,12 @@ const char* Parser::lex_field_name_run(const char* data, std::size_t len, std::s
 }
 
 const char* Parser::lex_in_line(char* data, std::size_t len, std::size_t& i) {
-  // The bulk of a head: skip to the line's end (16 bytes at a time). Tabs in a framing
-  // header's value become spaces (see lex_field_name).
-  char* q = data + (find_cr_or_lf(data + i, len - i) - data);
+  // The bulk of a head: skip to the line's end (16 bytes at a time), refusing a NUL on the
+  // way (so the field values stored from a head hold no NUL, CR or LF: see
+  // on_header_value_complete). Tabs in a framing header's value become spaces (see
+  // lex_field_name).
+  char* q = data + (find_line_end<true>(data + i, len - i) - data);
+  if (q != data + len && *q == '\0') return "NUL in a header field";
   if (framing_value_) {
     for (char* b = data + i; b < q; ++b) {
       if (*b == '\t') *b = ' ';
@@ -606,8 +619,7 @@ void Parser::lex_field_name(std::string_view part, bool complete) {
 
 // "HTTP/" DIGIT "." DIGIT at the end of what we have seen of the start line (§2.3).
 bool Parser::version_tail_ok() const {
-  char v[8];  // unroll the ring: v[0] is the 8th-last byte
-  for (std::size_t k = 0; k < 8; ++k) v[k] = start_line_tail_[(start_line_len_ + k) % 8];
+  const char* v = start_line_tail_;
   return start_line_len_ >= 8 && std::memcmp(v, "HTTP/", 5) == 0 && v[5] >= '0' && v[5] <= '9' && v[6] == '.' &&
          v[7] >= '0' && v[7] <= '9';
 }

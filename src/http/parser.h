@@ -64,7 +64,7 @@ struct ParserScalars {
   char field_name_[18] = {};   // a field name split across reads (long enough for ours)
   std::size_t field_name_len_ = 0;
   bool framing_value_ = false;  // in a Content-Length / Transfer-Encoding value
-  char start_line_tail_[8] = {};  // last 8 bytes of the start line, a ring indexed by length % 8
+  char start_line_tail_[8] = {};  // the last 8 bytes of the start line, in order
   char start_line_head_[40] = {}; // first bytes of the start line (the method, for requests)
   std::size_t start_line_len_ = 0;
   bool prev_was_space_ = false;

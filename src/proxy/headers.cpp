@@ -2,6 +2,7 @@
 
 #include <array>
 #include <charconv>
+#include <cstring>
 #include <vector>
 #include <random>
 
@@ -73,7 +74,7 @@ class ConnectionNamed {
  public:
   explicit ConnectionNamed(const http::HeaderMap& headers) {
     for (const auto& f : headers) {
-      if (classify(f.name) != Field::kConnection) continue;
+      if (f.name.size() != 10 || !is(f.name, "connection")) continue;  // (classify's answer, cheaper)
       http::for_each_list_item(f.value, [&](std::string_view tok) {
         // "close" / "keep-alive" / "upgrade" are the usual tokens and name nothing extra.
         if (!is_protected(tok) && !is_hop_by_hop(tok) && !http::iequals(tok, "close")) names_.push_back(tok);
@@ -107,45 +108,76 @@ bool named_in(const std::vector<std::pair<std::string, std::string>>& fields, st
 
 // Writes header lines into a head being built, applying the route's header operations
 // on the way (remove, then set, then add: a removed or set name never passes through).
+// Lines gather in a buffer on the stack and reach `out` in a few appends: four appends
+// per line (name, ": ", value, CRLF) cost more than the bytes they copy.
 class HeadWriter {
  public:
   HeadWriter(std::string& out, const config::HeaderOps* ops) : out_(out), ops_(ops) {}
+  HeadWriter(const HeadWriter&) = delete;
+  HeadWriter& operator=(const HeadWriter&) = delete;
   void field(std::string_view name, std::string_view value) {
     if (suppressed(name)) return;
-    raw(name, value);
+    line(name, {}, value);
   }
   // A list field: what the message carried (`existing`, joined) plus our item.
   void list_field(std::string_view name, std::string_view existing, std::string_view item) {
     if (suppressed(name)) return;
-    out_ += name;
-    out_ += ": ";
-    if (!existing.empty()) {
-      out_ += existing;
-      out_ += ", ";
-    }
-    out_ += item;
-    out_ += "\r\n";
+    line(name, existing, item);
   }
+  // Adds the route's set and add fields and the empty line; the head is then complete.
   void finish() {
     if (ops_ != nullptr) {
-      for (const auto& [k, v] : ops_->set) raw(k, v);
-      for (const auto& [k, v] : ops_->add) raw(k, v);
+      for (const auto& [k, v] : ops_->set) line(k, {}, v);
+      for (const auto& [k, v] : ops_->add) line(k, {}, v);
     }
-    out_ += "\r\n";
+    flush();
+    out_.append("\r\n");
   }
 
  private:
-  void raw(std::string_view name, std::string_view value) {
-    out_ += name;
-    out_ += ": ";
-    out_ += value;
-    out_ += "\r\n";
+  // "name: [existing, ]value" CRLF.
+  void line(std::string_view name, std::string_view existing, std::string_view value) {
+    const std::size_t n = name.size() + existing.size() + value.size() + (existing.empty() ? 4 : 6);
+    if (n > sizeof(buf_) - used_) {
+      flush();
+      if (n > sizeof(buf_)) {  // longer than the whole buffer: straight into the head
+        long_line(name, existing, value);
+        return;
+      }
+    }
+    char* p = copy(buf_ + used_, name);
+    *p++ = ':';
+    *p++ = ' ';
+    if (!existing.empty()) {
+      p = copy(p, existing);
+      *p++ = ',';
+      *p++ = ' ';
+    }
+    p = copy(p, value);
+    *p++ = '\r';
+    *p++ = '\n';
+    used_ = static_cast<std::size_t>(p - buf_);
+  }
+  void long_line(std::string_view name, std::string_view existing, std::string_view value) {
+    out_.append(name).append(": ");
+    if (!existing.empty()) out_.append(existing).append(", ");
+    out_.append(value).append("\r\n");
+  }
+  static char* copy(char* to, std::string_view s) {
+    std::memcpy(to, s.data(), s.size());
+    return to + s.size();
+  }
+  void flush() {
+    out_.append(buf_, used_);
+    used_ = 0;
   }
   bool suppressed(std::string_view name) const {
     return ops_ != nullptr && (named_in(ops_->remove, name) || named_in(ops_->set, name));
   }
   std::string& out_;
   const config::HeaderOps* ops_;
+  std::size_t used_ = 0;
+  char buf_[1024];
 };
 
 // Room for a head: the fields we pass on, plus what we add (one allocation per head).
@@ -340,12 +372,20 @@ RequestId RequestId::for_request(const http::RequestHead& req) {
       return out;
     }
   }
-  thread_local std::mt19937_64 rng(std::random_device{}());
+  // splitmix64 (a per-thread counter through a strong mixer): ids must be unique, not
+  // unpredictable (mt19937_64, used before, is no harder to predict), and this costs a
+  // few instructions where the Mersenne Twister's state refills cost a hundred.
+  thread_local uint64_t state = std::random_device{}() * 0x9e3779b97f4a7c15ULL ^ std::random_device{}();
+  auto next = [] {
+    uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  };
   static constexpr char kHex[] = "0123456789abcdef";
-  const uint64_t a = rng(), b = rng();
-  for (std::size_t i = 0; i < kDigits / 2; ++i) {
-    out.generated_[i] = kHex[(a >> (i * 4)) & 0xf];
-    out.generated_[kDigits / 2 + i] = kHex[(b >> (i * 4)) & 0xf];
+  uint64_t words[2] = {next(), next()};
+  for (std::size_t w = 0; w < 2; ++w) {
+    for (std::size_t i = 0; i < kDigits / 2; ++i) out.generated_[w * kDigits / 2 + i] = kHex[(words[w] >> (i * 4)) & 0xf];
   }
   return out;
 }

@@ -228,10 +228,13 @@ exec::Task<bool> serve_request(Gateway& gw, ListenerState& ls, const http::HeadR
   ctx.client_ip = who.ip();
   ctx.tls = client_tls(client);
   // The snapshot current when the request arrived serves it to the end.
+  // (Most requests find the snapshot the connection already holds: no lookup then.)
   std::shared_ptr<const Snapshot> snap = gw.snapshot();
-  if (const config::ListenerSection* now = snap->listener(ls.key)) {
-    lcfg = now;
-    lsnap = snap;
+  if (snap != lsnap) {
+    if (const config::ListenerSection* now = snap->listener(ls.key)) {
+      lcfg = now;
+      lsnap = snap;
+    }
   }
   if (hr.status != http::ReadStatus::kOk) {
     int status = 0;
@@ -407,9 +410,9 @@ void refuse_over_limit(const Snapshot& snap, const config::ListenerSection* lcfg
 // A connection taken from a listener's socket: served by a task of its own, or refused
 // when the listener is at its limit (backlog mode leaves excess connections in the kernel,
 // so one it took anyway is served).
+// `lcfg` is the listener's section in `snap` (null if a reload removed it).
 void serve_accepted(Gateway& gw, const std::shared_ptr<ListenerState>& ls, const Snapshot& snap,
-                    io::TcpStream conn, const io::tcp::endpoint& peer) {
-  const config::ListenerSection* lcfg = snap.listener(ls->key);
+                    const config::ListenerSection* lcfg, io::TcpStream conn, const io::tcp::endpoint& peer) {
   const std::size_t max_conn = lcfg != nullptr ? lcfg->max_connections : 10000;
   const bool backlog_mode = lcfg != nullptr && lcfg->on_max_connections == config::OverflowAction::kBacklog;
   io::Stream s(std::move(conn));
@@ -431,10 +434,14 @@ void serve_accepted(Gateway& gw, const std::shared_ptr<ListenerState>& ls, const
 exec::Task<void> accept_loop(Gateway& gw, std::shared_ptr<ListenerState> ls, io::TcpListener& socket) {
   int backoff_ms = 10;
   bool waited_for_slot = false;
+  std::shared_ptr<const Snapshot> snap;
+  const config::ListenerSection* lcfg = nullptr;
   for (;;) {
     if (ls->stopping.load(std::memory_order_acquire)) co_return;
-    std::shared_ptr<const Snapshot> snap = gw.snapshot();
-    const config::ListenerSection* lcfg = snap->listener(ls->key);
+    if (std::shared_ptr<const Snapshot> now = gw.snapshot(); now != snap) {  // a reload: look again
+      snap = std::move(now);
+      lcfg = snap->listener(ls->key);
+    }
     std::size_t max_conn = lcfg != nullptr ? lcfg->max_connections : 10000;
     bool backlog_mode = lcfg != nullptr && lcfg->on_max_connections == config::OverflowAction::kBacklog;
     io::tcp::endpoint peer;
@@ -465,7 +472,7 @@ exec::Task<void> accept_loop(Gateway& gw, std::shared_ptr<ListenerState> ls, io:
       continue;
     }
     backoff_ms = 10;
-    serve_accepted(gw, ls, *snap, std::move(**conn), peer);
+    serve_accepted(gw, ls, *snap, lcfg, std::move(**conn), peer);
   }
 }
 
@@ -475,7 +482,8 @@ exec::Task<void> serve_taken(Gateway& gw, std::shared_ptr<ListenerState> ls) {
     if (taken.empty()) continue;
     SG_LOG_DEBUG("listener {}: serving {} connections taken as it stopped", ls->address, taken.size());
     std::shared_ptr<const Snapshot> snap = gw.snapshot();
-    for (auto& c : taken) serve_accepted(gw, ls, *snap, std::move(c.stream), c.peer);
+    const config::ListenerSection* lcfg = snap->listener(ls->key);
+    for (auto& c : taken) serve_accepted(gw, ls, *snap, lcfg, std::move(c.stream), c.peer);
   }
 }
 

@@ -10,7 +10,7 @@ bench_workdir() {
 bench_cleanup() {
   local rc=$?
   pkill -f "$work/" 2>/dev/null || true
-  [ "$rc" -ne 0 ] || { sleep 0.2; rm -rf "$work"; }
+  [ "$rc" -ne 0 ] || [ -n "${KEEP_WORK:-}" ] || { sleep 0.2; rm -rf "$work"; }
 }
 
 # backend_conf PORT: $work/backend.conf, a one-worker nginx answering "hello\n" to every

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# User-space instructions per proxied small GET, counted by callgrind (the wall clock on the
-# 2-core box swings more than the changes worth measuring). epoll driver: valgrind does not
-# run io_uring. 2,000 warm-up requests, counters zeroed, then 4,000 on 8 keep-alive
-# connections, every thread counted. Compare two builds with two runs:
+# User-space instructions per proxied small GET, stealgate against nginx, counted by
+# callgrind (the wall clock on the 2-core box swings more than the changes worth
+# measuring). Two request shapes: keep-alive (4,000 requests on 8 connections) and close
+# (a new connection per request, 1,000 of them, as the bench's `close` scenario), each
+# after a warm-up with counters zeroed, every thread counted. stealgate on epoll (valgrind
+# does not run io_uring), nginx as one process (master_process off), both with upstream
+# keep-alive to the same backend. Kernel time is not in these counts: compare syscalls
+# with perf stat. Compare two builds with two runs (ANCHOR=0 skips nginx):
 #   apt-get install -y valgrind nginx-light     # once
 #   tests/bench/request_icount.sh build-release/src/stealgate
-#   tests/bench/request_icount.sh /tmp/old/build-release/src/stealgate
+#   ANCHOR=0 tests/bench/request_icount.sh /tmp/old/build-release/src/stealgate
 set -euo pipefail
 BIN=${1:?usage: request_icount.sh STEALGATE_BINARY}
 for tool in valgrind callgrind_control callgrind_annotate nginx python3; do
@@ -22,28 +26,67 @@ clusters: [ { name: backend, endpoints: [127.0.0.1:19141] } ]
 routes: [ { name: all, match: { path_prefix: / }, cluster: backend } ]
 logging: { access_log: { enabled: false }, level: warning }
 EOF2
+cat >"$work/nginx.conf" <<EOF2
+master_process off; daemon off; pid $work/nginx.pid; error_log $work/nginx.err;
+events { worker_connections 1024; }
+http { access_log off; keepalive_requests 1000000;
+  upstream backend { server 127.0.0.1:19141; keepalive 64; }
+  server { listen 127.0.0.1:18462;
+    location / { proxy_pass http://backend; proxy_http_version 1.1; proxy_set_header Connection ""; } } }
+EOF2
 nginx -c "$work/backend.conf" -p "$work" &
-STEALGATE_IO_DRIVER=epoll valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" "$BIN" -c "$work/sg.yaml" \
-  >"$work/sg.log" 2>&1 &
-for _ in $(seq 100); do curl -sf http://127.0.0.1:18461/ >/dev/null && break; sleep 0.2; done
-requests() {
-  python3 - "$1" <<'PY'
+
+requests() {  # port shape count
+  python3 - "$@" <<'PY'
 import socket, sys
-n = int(sys.argv[1])
-socks = [socket.create_connection(("127.0.0.1", 18461)) for _ in range(8)]
-for _ in range(n // 8):
-    for s in socks:
-        s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-    for s in socks:
-        buf = b""
-        while not buf.endswith(b"hello\n"):
-            buf += s.recv(4096)
+port, shape, n = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+def read_response(s):
+    buf = b""
+    while not buf.endswith(b"hello\n"):
+        d = s.recv(4096)
+        if not d:
+            sys.exit(f"port {port}: closed after {buf[:80]!r}")
+        buf += d
+    return buf
+if shape == "keepalive":
+    socks = [socket.create_connection(("127.0.0.1", port)) for _ in range(8)]
+    for _ in range(n // 8):
+        for s in socks:
+            s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        for s in socks:
+            read_response(s)
+else:
+    for _ in range(n):
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            read_response(s)
+            s.recv(16)  # the close
 PY
 }
-requests 2000
-callgrind_control -z >/dev/null
-requests 4000
-callgrind_control -d >/dev/null
-sleep 1
-total=$(callgrind_annotate "$(ls -t "$work"/cg.out.* | head -1)" 2>/dev/null | grep -m1 "PROGRAM TOTALS" | awk '{gsub(",", "", $1); print $1}')
-echo "$BIN: $((total / 4000)) instructions per request (callgrind, epoll, 4,000 requests)"
+
+count() {  # name port shape count command...: instructions per request under callgrind
+  local name=$1 port=$2 shape=$3 n=$4
+  shift 4
+  valgrind --tool=callgrind --callgrind-out-file="$work/cg-$name-$shape.out" "$@" >"$work/$name-$shape.log" 2>&1 &
+  local pid=$!
+  for _ in $(seq 150); do
+    python3 -c "import socket; socket.create_connection(('127.0.0.1', $port))" 2>/dev/null && break
+    sleep 0.2
+  done
+  requests "$port" "$shape" $((n / 2))
+  callgrind_control -z "$pid" >/dev/null 2>&1
+  requests "$port" "$shape" "$n"
+  callgrind_control -d "$pid" >/dev/null 2>&1
+  sleep 1
+  kill "$pid"
+  wait "$pid" 2>/dev/null || true
+  local total
+  total=$(callgrind_annotate "$work/cg-$name-$shape.out.1" 2>/dev/null | grep -m1 "PROGRAM TOTALS" | awk '{gsub(",", "", $1); print $1}')
+  printf '%-9s %-9s %7d instructions per request (callgrind, %d requests)\n' "$name" "$shape" $((total / n)) "$n"
+}
+for shape in keepalive close; do
+  n=4000
+  [ "$shape" = close ] && n=1000
+  STEALGATE_IO_DRIVER=epoll count stealgate 18461 "$shape" "$n" "$BIN" -c "$work/sg.yaml"
+  [ "${ANCHOR:-1}" = 0 ] || count nginx 18462 "$shape" "$n" nginx -c "$work/nginx.conf" -p "$work"
+done

@@ -20,6 +20,30 @@ std::vector<std::pair<std::string, std::string>> lines(const HeaderMap& h) {
 
 using Lines = std::vector<std::pair<std::string, std::string>>;
 
+// iequals compares eight bytes at a time (a word lowercased with bit tricks) and the rest
+// one by one: every pair of byte values, in a word and in the tail, must give what a plain
+// ASCII case-insensitive comparison gives.
+TEST(Iequals, AgreesWithAsciiCaseFoldingForEveryBytePair) {
+  auto fold = [](unsigned char c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; };
+  std::string a = "Content-Length", b = "content-length";
+  ASSERT_TRUE(iequals(a, b));
+  for (std::size_t at : {std::size_t{2}, std::size_t{7}, std::size_t{11}}) {  // word, word, tail
+    for (int x = 0; x < 256; ++x) {
+      for (int y = 0; y < 256; ++y) {
+        std::string s = a, t = b;
+        s[at] = static_cast<char>(x);
+        t[at] = static_cast<char>(y);
+        const bool want = fold(static_cast<unsigned char>(x)) == fold(static_cast<unsigned char>(y));
+        ASSERT_EQ(iequals(s, t), want) << "byte " << at << ": " << x << " vs " << y;
+      }
+    }
+  }
+  EXPECT_FALSE(iequals("host", "hosts"));
+  EXPECT_TRUE(iequals("", ""));
+  EXPECT_TRUE(iequals("X-FORWARDED-FOR", "x-forwarded-for"));
+  EXPECT_FALSE(iequals("x-forwarded-for", "x-forwarded-fox"));
+}
+
 TEST(HeaderMap, ClearedMapShowsOnlyTheNextMessagesLines) {
   HeaderMap h;
   h.add_copy("Date", "Fri, 04 Dec 2026 00:00:00 GMT");

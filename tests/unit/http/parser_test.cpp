@@ -183,6 +183,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"obs-fold (9112 5.2)", "GET / HTTP/1.1\r\n" + H + "X-A: a\r\n  b\r\n\r\n", 400},
         BadCase{"space before colon (9112 5.1)", "GET / HTTP/1.1\r\nHost : h\r\n\r\n", 400},
         BadCase{"NUL in value", std::string("GET / HTTP/1.1\r\n") + H + "X-A: a" + std::string(1, '\0') + "b\r\n\r\n", 400},
+        BadCase{"NUL deep in a long value", std::string("GET / HTTP/1.1\r\n") + H + "X-A: " + std::string(20, 'a') + std::string(1, '\0') + "b\r\n\r\n", 400},
+        BadCase{"NUL in a trailer value", std::string("POST / HTTP/1.1\r\n") + H + "Transfer-Encoding: chunked\r\n\r\n1\r\na\r\n0\r\nX-T: a" + std::string(1, '\0') + "b\r\n\r\n", 400},
         BadCase{"bare CR in value", "GET / HTTP/1.1\r\n" + H + "X-A: a\rb\r\n\r\n", 400},
         BadCase{"bare LF line ending", "GET / HTTP/1.1\n" + H + "\n", 400},
         BadCase{"invalid field name", "GET / HTTP/1.1\r\n" + H + "X(A): 1\r\n\r\n", 400},
