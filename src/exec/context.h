@@ -29,6 +29,7 @@ struct ThreadContext {
   bool in_timers = false;           // firing due timers (a wake's source is the timer)
   bool tick_now_valid = false;      // tick_now holds this poll's clock reading
   std::chrono::steady_clock::time_point tick_now{};
+  uint64_t driver_stamp_ns = 0;     // in_driver: when this dispatch's completions were seen (0: not read yet)
 };
 
 // Constant-initialised, so access compiles to a plain TLS load (no wrapper call).

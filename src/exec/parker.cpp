@@ -8,10 +8,14 @@ namespace sg::exec {
 namespace {
 
 // Marks the thread as dispatching driver completions, so tasks they wake go to the back
-// of this worker's queue instead of churning its LIFO slot.
+// of this worker's queue instead of churning its LIFO slot; and so that the wakes of one
+// dispatch share one clock reading (task_registry.cpp, stamp_now).
 struct DriverScope {
   DriverScope() { tl_ctx.in_driver = true; }
-  ~DriverScope() { tl_ctx.in_driver = false; }
+  ~DriverScope() {
+    tl_ctx.in_driver = false;
+    tl_ctx.driver_stamp_ns = 0;
+  }
 };
 
 }  // namespace
@@ -71,6 +75,7 @@ void Parker::park_driver(uint32_t max_events, std::optional<std::chrono::millise
     } else {
       std::optional<std::chrono::milliseconds> timeout = timers.begin_park(now, driver_->timer_group);
       if (limit && (!timeout || *limit < *timeout)) timeout = limit;
+      tl_ctx.driver_stamp_ns = 0;  // (nothing read before the wait stands for what it brings)
       uint32_t n = driver_->driver->park(max_events, timeout);
       timers.end_park(driver_->timer_group);
       if (n < max_events) timers.process(Clock::now(), max_events - n, driver_->timer_group);

@@ -60,12 +60,17 @@ void copy_name(TaskDiag* d, std::string_view name) noexcept {
 }
 
 // The time a wake or queueing happens: inside a poll, the poll's clock reading (at most
-// one poll's duration early); elsewhere a fresh reading.
+// one poll's duration early); in a driver dispatch, one reading for all its wakes (the
+// completions of one reap were ready together); elsewhere a fresh reading.
 uint64_t stamp_now() noexcept {
-  const ThreadContext& c = tl_ctx;
+  ThreadContext& c = tl_ctx;
   if (c.budget_active && c.tick_now_valid) {
     return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                      c.tick_now.time_since_epoch()).count());
+  }
+  if (c.in_driver) {
+    if (c.driver_stamp_ns == 0) c.driver_stamp_ns = now_ns();
+    return c.driver_stamp_ns;
   }
   return now_ns();
 }

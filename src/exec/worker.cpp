@@ -129,18 +129,25 @@ void Worker::run() {
   start_batch();
   parker_.attach();
 
+  // With poll timing: the last poll's end reading, while the next task follows at once (a
+  // queue pop later), so that back-to-back polls read the clock once each, not twice.
+  uint64_t clock = 0;
   while (!is_shutdown_) {
     ++tick_;
-    if (tick_ % cfg_.event_interval == 0) maintenance_tick();
+    if (tick_ % cfg_.event_interval == 0) {
+      maintenance_tick();
+      clock = 0;  // (it may have reaped the driver: time has passed)
+    }
     if (TaskHeader* t = next_task()) {
-      run_task(t);
+      clock = run_task(t, clock);
       continue;
     }
+    clock = 0;
     end_batch();
     parker_.flush();  // the batch's submissions go to the kernel before we look elsewhere
     if (TaskHeader* t = steal_work()) {
       start_batch();
-      run_task(t);
+      clock = run_task(t, 0);
       continue;
     }
     park();
@@ -410,30 +417,30 @@ void Worker::note_slow_poll(TaskKind kind, const TaskDiag* d, uint64_t took, uin
   slow_polls_.record(std::move(p));
 }
 
-void Worker::run_task(TaskHeader* t) {
+uint64_t Worker::run_task(TaskHeader* t, uint64_t start) {
   // Leaving the searching state lets another idle worker search; if we were the last
   // searcher, wake one so a burst of work ramps up more workers.
   if (is_searching_) {
     is_searching_ = false;
     if (scheduler_->idle().transition_worker_from_searching()) scheduler_->notify_parked();
   }
-  run_lifo_chain(poll_task(t, time_polls_ ? now_ns() : 0));
+  return run_lifo_chain(poll_task(t, time_polls_ ? (start != 0 ? start : now_ns()) : 0));
 }
 
-void Worker::run_lifo_chain(uint64_t now) {
+uint64_t Worker::run_lifo_chain(uint64_t now) {
   uint32_t lifo_polls = 0;
   for (;;) {
     TaskHeader* next = lifo_;
     if (next == nullptr) {
       lifo_enabled_ = cfg_.lifo_slot;
-      return;
+      return now;
     }
     lifo_ = nullptr;
     if (tl_ctx.budget == 0) {
       // The previous task spent its whole budget: it hogs the worker, so what it woke
       // waits its turn at the back instead of running right after it.
       push_back(next);
-      return;
+      return now;
     }
     ++lifo_polls;
     ++counters_.lifo_hits;
@@ -445,8 +452,7 @@ void Worker::run_lifo_chain(uint64_t now) {
       } else {
         // Nobody waits locally; keep the slot (a spawn chain stays cache-hot) but end the
         // tick so the injection queue and the I/O driver still get their turn.
-        poll_task(next, now);
-        return;
+        return poll_task(next, now);
       }
     }
     now = poll_task(next, now);

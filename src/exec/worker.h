@@ -74,8 +74,10 @@ class Worker {
   TaskHeader* next_local_task();
   TaskHeader* pop_priority();
   TaskHeader* steal_work();
-  void run_task(TaskHeader* t);
-  void run_lifo_chain(uint64_t now);
+  // Poll `t` and the LIFO chain after it; `start` is a clock reading to use as the first
+  // poll's start (0: read it). Return the last reading (0 without poll timing).
+  uint64_t run_task(TaskHeader* t, uint64_t start);
+  uint64_t run_lifo_chain(uint64_t now);
   uint64_t poll_task(TaskHeader* t, uint64_t start);
   void poll_untimed(TaskHeader* t);
   [[gnu::noinline]] void note_slow_poll(TaskKind kind, const TaskDiag* d, uint64_t took, uint64_t end);

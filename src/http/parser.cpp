@@ -435,8 +435,8 @@ void Parser::map_llhttp_error(llhttp_errno_t err, const char* /*data*/, std::siz
 }
 
 namespace {
-// The first CR or LF (and with `nul`, NUL) in [p, p + n), or p + n.
-template <bool nul>
+// The first CR or LF (or `extra`, unless it is -1) in [p, p + n), or p + n.
+template <int extra>
 const char* find_line_end(const char* p, std::size_t n) {
   const char* end = p + n;
 #if defined(__SSE2__)
@@ -445,18 +445,18 @@ const char* find_line_end(const char* p, std::size_t n) {
   while (end - p >= 16) {
     __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
     __m128i hit = _mm_or_si128(_mm_cmpeq_epi8(v, cr), _mm_cmpeq_epi8(v, lf));
-    if constexpr (nul) hit = _mm_or_si128(hit, _mm_cmpeq_epi8(v, _mm_setzero_si128()));
+    if constexpr (extra >= 0) hit = _mm_or_si128(hit, _mm_cmpeq_epi8(v, _mm_set1_epi8(static_cast<char>(extra))));
     int mask = _mm_movemask_epi8(hit);
     if (mask != 0) return p + __builtin_ctz(static_cast<unsigned>(mask));
     p += 16;
   }
 #endif
   for (; p < end; ++p) {
-    if (*p == '\r' || *p == '\n' || (nul && *p == '\0')) return p;
+    if (*p == '\r' || *p == '\n' || (extra >= 0 && *p == static_cast<char>(extra))) return p;
   }
   return end;
 }
-const char* find_cr_or_lf(const char* p, std::size_t n) { return find_line_end<false>(p, n); }
+const char* find_cr_or_lf(const char* p, std::size_t n) { return find_line_end<-1>(p, n); }
 }  // namespace
 
 bool Parser::lex_head(char* data, std::size_t len) {
@@ -472,10 +472,12 @@ bool Parser::lex_head(char* data, std::size_t len) {
         } else {
           lex_ = Lex::kStartLine;
           violation = lex_start_line(data, len, i);
+          if (violation == nullptr) take_lf(data, len, i);
         }
         break;
       case Lex::kStartLine:
         violation = lex_start_line(data, len, i);
+        if (violation == nullptr) take_lf(data, len, i);
         break;
       case Lex::kCr:
         if (c != '\n') violation = "bare CR";
@@ -493,14 +495,15 @@ bool Parser::lex_head(char* data, std::size_t len) {
           field_name_len_ = 0;
           framing_value_ = false;
           lex_ = Lex::kFieldName;
-          violation = lex_field_name_run(data, len, i);
+          violation = lex_field_line(data, len, i);
         }
         break;
       case Lex::kFieldName:
-        violation = lex_field_name_run(data, len, i);
+        violation = lex_field_line(data, len, i);
         break;
       case Lex::kInLine:
         violation = lex_in_line(data, len, i);
+        if (violation == nullptr) take_lf(data, len, i);
         break;
       case Lex::kEndCr:
         if (c != '\n') violation = "bare CR";
@@ -558,11 +561,29 @@ const char* Parser::lex_start_line(const char* data, std::size_t len, std::size_
   return nullptr;
 }
 
+// A whole field line in one step of lex_head's loop where it is all there: the name, the
+// rest of the line, its CRLF (instead of a step for each).
+const char* Parser::lex_field_line(char* data, std::size_t len, std::size_t& i) {
+  const char* violation = lex_field_name_run(data, len, i);
+  if (violation != nullptr || lex_ != Lex::kInLine || i + 1 == len) return violation;
+  ++i;  // past the colon
+  violation = lex_in_line(data, len, i);
+  if (violation == nullptr) take_lf(data, len, i);
+  return violation;
+}
+
+// At a line's CR: takes the LF after it too when it is there (a bare CR is left for
+// lex_head's kCr step to refuse).
+void Parser::take_lf(const char* data, std::size_t len, std::size_t& i) {
+  if (lex_ != Lex::kCr || i + 1 == len || data[i + 1] != '\n') return;
+  ++i;
+  lex_ = start_line_len_ == 0 ? Lex::kStart : Lex::kLineStart;
+}
+
 const char* Parser::lex_field_name_run(const char* data, std::size_t len, std::size_t& i) {
   // The field name up to its colon, in one go: is it one whose value we fold?
   const char* p = data + i;
-  const char* q = p;
-  while (q < data + len && *q != ':' && *q != '\r' && *q != '\n') ++q;
+  const char* q = find_line_end<':'>(p, len - i);
   lex_field_name(std::string_view(p, static_cast<std::size_t>(q - p)), q < data + len && *q == ':');
   if (q == data + len) {
     i = len - 1;  // the name continues in the next read
@@ -580,7 +601,7 @@ const char* Parser::lex_in_line(char* data, std::size_t len, std::size_t& i) {
   // way (so the field values stored from a head hold no NUL, CR or LF: see
   // on_header_value_complete). Tabs in a framing header's value become spaces (see
   // lex_field_name).
-  char* q = data + (find_line_end<true>(data + i, len - i) - data);
+  char* q = data + (find_line_end<0>(data + i, len - i) - data);
   if (q != data + len && *q == '\0') return "NUL in a header field";
   if (framing_value_) {
     for (char* b = data + i; b < q; ++b) {

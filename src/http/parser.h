@@ -194,6 +194,8 @@ class Parser : private detail::ParserScalars {
   const char* lex_start_line(const char* data, std::size_t len, std::size_t& i);
   const char* lex_field_name_run(const char* data, std::size_t len, std::size_t& i);
   const char* lex_in_line(char* data, std::size_t len, std::size_t& i);
+  const char* lex_field_line(char* data, std::size_t len, std::size_t& i);
+  void take_lf(const char* data, std::size_t len, std::size_t& i);
   // The field name seen so far in this read (`complete`: its colon follows).
   void lex_field_name(std::string_view part, bool complete);
 
