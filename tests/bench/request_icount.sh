@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# User-space instructions per proxied small GET, stealgate against nginx, counted by
+# User-space instructions per proxied request, stealgate against nginx, counted by
 # callgrind (the wall clock on the 2-core box swings more than the changes worth
-# measuring). Two request shapes: keep-alive (4,000 requests on 8 connections) and close
-# (a new connection per request, 1,000 of them, as the bench's `close` scenario), each
+# measuring). Three request shapes: keepalive (small GETs, 4,000 on 8 connections), close
+# (a new connection per GET, 1,000 of them, as the bench's `close` scenario) and post (16
+# KiB request bodies, 1,000 on 8 connections); SHAPES="keepalive post" picks some. Each
 # after a warm-up with counters zeroed, every thread counted. stealgate on epoll (valgrind
 # does not run io_uring), nginx as one process (master_process off), both with upstream
 # keep-alive to the same backend. Kernel time is not in these counts: compare syscalls
@@ -48,11 +49,14 @@ def read_response(s):
             sys.exit(f"port {port}: closed after {buf[:80]!r}")
         buf += d
     return buf
-if shape == "keepalive":
+if shape in ("keepalive", "post"):
+    body = b"p" * 16384
+    request = (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" if shape == "keepalive" else
+               b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 16384\r\n\r\n" + body)
     socks = [socket.create_connection(("127.0.0.1", port)) for _ in range(8)]
     for _ in range(n // 8):
         for s in socks:
-            s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            s.sendall(request)
         for s in socks:
             read_response(s)
 else:
@@ -84,9 +88,9 @@ count() {  # name port shape count command...: instructions per request under ca
   total=$(callgrind_annotate "$work/cg-$name-$shape.out.1" 2>/dev/null | grep -m1 "PROGRAM TOTALS" | awk '{gsub(",", "", $1); print $1}')
   printf '%-9s %-9s %7d instructions per request (callgrind, %d requests)\n' "$name" "$shape" $((total / n)) "$n"
 }
-for shape in keepalive close; do
+for shape in ${SHAPES:-keepalive close post}; do
   n=4000
-  [ "$shape" = close ] && n=1000
+  [ "$shape" = keepalive ] || n=1000
   STEALGATE_IO_DRIVER=epoll count stealgate 18461 "$shape" "$n" "$BIN" -c "$work/sg.yaml"
   [ "${ANCHOR:-1}" = 0 ] || count nginx 18462 "$shape" "$n" nginx -c "$work/nginx.conf" -p "$work"
 done
