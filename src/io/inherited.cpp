@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 namespace sg::io {
 
@@ -102,8 +104,15 @@ Listening listen_on(IoContext ctx, InheritedSockets* inherited, const std::strin
     }
   }
   auto bound = TcpListener::bind(ctx, ep, opts);
+  constexpr std::chrono::milliseconds kRetryEvery{100};
+  while (!bound.ok() && bound.error() == std::errc::address_in_use && out.in_use_waited < opts.in_use_wait) {
+    std::this_thread::sleep_for(kRetryEvery);
+    out.in_use_waited += kRetryEvery;
+    bound = TcpListener::bind(ctx, ep, opts);
+  }
   if (!bound.ok()) {
     out.error = "cannot listen on " + endpoint_text(ep) + ": " + bound.error().message();
+    if (out.in_use_waited.count() > 0) out.error += " (still, after " + std::to_string(out.in_use_waited.count()) + " ms)";
     return out;
   }
   out.listener.emplace(std::move(*bound));
@@ -119,6 +128,7 @@ ListeningGroup listen_group(IoContext ctx, InheritedSockets* inherited, const st
     return out;
   }
   out.inherited = first.inherited;
+  out.in_use_waited = first.in_use_waited;
   const tcp::endpoint bound = first.listener->local_endpoint();  // the port, when ep's was 0
   out.listeners.push_back(std::move(*first.listener));
   if (!opts.reuse_port) return out;

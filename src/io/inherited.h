@@ -11,6 +11,8 @@
 // binds its own socket. Sockets no listener claims at startup are closed.
 #pragma once
 
+#include <chrono>
+
 #include <cstddef>
 #include <mutex>
 #include <string>
@@ -62,6 +64,7 @@ struct Listening {
   std::optional<TcpListener> listener;
   std::string error;
   bool inherited = false;
+  std::chrono::milliseconds in_use_waited{0};  // how long the address was in use (ListenOptions::in_use_wait)
 };
 Listening listen_on(IoContext ctx, InheritedSockets* inherited, const std::string& name, tcp::endpoint ep,
                     const ListenOptions& opts);
@@ -78,6 +81,7 @@ struct ListeningGroup {
   std::string error;  // there is no socket at all
   std::string note;   // fewer than wanted, and why
   bool inherited = false;
+  std::chrono::milliseconds in_use_waited{0};  // the first socket's (Listening::in_use_waited)
 };
 ListeningGroup listen_group(IoContext ctx, InheritedSockets* inherited, const std::string& name, tcp::endpoint ep,
                             const ListenOptions& opts, std::size_t want);

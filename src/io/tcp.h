@@ -126,6 +126,10 @@ inline TcpStream::FlushAwaiter TcpStream::flush(Deadline dl) { return FlushAwait
 struct ListenOptions {
   int backlog = 1024;
   bool reuse_port = false;
+  // While the address is in use, try again (every 100 ms) for this long: at a restart the
+  // previous process may still hold it for a moment (io_uring releases a killed process's
+  // sockets only after it has exited). 0: fail at once.
+  std::chrono::milliseconds in_use_wait{0};
 };
 
 class TcpListener {

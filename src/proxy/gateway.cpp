@@ -204,16 +204,22 @@ void Gateway::build_admission_limits(const config::Config& cfg, const Snapshot* 
   }
 }
 
-std::string Gateway::bind_listener(const config::ListenerSection& l, std::shared_ptr<ListenerState>& out) {
+std::string Gateway::bind_listener(const config::ListenerSection& l, std::shared_ptr<ListenerState>& out,
+                                   std::chrono::milliseconds in_use_wait) {
   std::string err;
   auto ep = upstream::resolve(l.address, err);
   if (!ep.ok()) return "listener \"" + l.name + "\" " + l.address.text() + ": " + err;
   io::ListenOptions opts;
   opts.backlog = l.backlog;
   opts.reuse_port = l.reuse_port;
+  opts.in_use_wait = in_use_wait;
   const std::size_t workers = rt_.exec().config().worker_threads;
   io::ListeningGroup got = io::listen_group(rt_.context(), inherited_, l.name, *ep, opts, workers);
   if (got.listeners.empty()) return "listener \"" + l.name + "\" " + l.address.text() + ": " + got.error;
+  if (got.in_use_waited.count() > 0) {
+    SG_LOG_WARN("listener {} on {}: the address was in use for {} ms (a previous process releasing it)", l.name,
+                l.address.text(), got.in_use_waited.count());
+  }
   if (!got.note.empty()) {
     SG_LOG_WARN("listener {} on {}: reuse_port: {} of {} sockets (one per worker): {}", l.name, l.address.text(),
                 got.listeners.size(), workers, got.note);
@@ -284,7 +290,10 @@ std::string Gateway::start(std::shared_ptr<const config::Config> cfg) {
   std::vector<std::shared_ptr<ListenerState>> bound;
   for (const auto& l : cfg->listeners) {
     std::shared_ptr<ListenerState> ls;
-    if (std::string err = bind_listener(l, ls); !err.empty()) {
+    // At a start (a restart, often) the previous process may still hold the address for a
+    // moment; a reload fails at once instead (it holds the control path, and the old
+    // configuration keeps serving).
+    if (std::string err = bind_listener(l, ls, kStartInUseWait); !err.empty()) {
       for (auto& b : bound) close_sockets(*b);
       return err;
     }
@@ -330,7 +339,7 @@ std::string Gateway::reload(std::shared_ptr<const config::Config> cfg) {
         continue;
       }
       std::shared_ptr<ListenerState> ls;
-      err = bind_listener(l, ls);
+      err = bind_listener(l, ls, std::chrono::milliseconds(0));
       if (!err.empty()) break;
       added.push_back(ls);
     }

@@ -154,7 +154,11 @@ class Gateway {
   std::string build_clusters(const config::Config& cfg, const Snapshot* prev, Snapshot& snap);
   void attach_route_stats(const config::Config& cfg, Snapshot& snap);
   static void build_admission_limits(const config::Config& cfg, const Snapshot* prev, Snapshot& snap);
-  std::string bind_listener(const config::ListenerSection& l, std::shared_ptr<ListenerState>& out);
+  // Binds (or adopts) the listener's sockets; while its address is in use, tries again for
+  // up to `in_use_wait`.
+  std::string bind_listener(const config::ListenerSection& l, std::shared_ptr<ListenerState>& out,
+                            std::chrono::milliseconds in_use_wait);
+  static constexpr std::chrono::milliseconds kStartInUseWait{2000};
   void start_accepting(const std::shared_ptr<ListenerState>& ls);
   void stop_listener(const std::shared_ptr<ListenerState>& ls);
   void apply_shedding(const config::LimitsSection& lim);

@@ -104,10 +104,15 @@ rows = {}
 for line in open(sys.argv[1]):
     side, scen, rps, p99, cpu = line.split()
     rows.setdefault((scen, side), []).append((float(rps), float(p99), float(cpu)))
-print(f"{'scenario':9} {'old req/s':>10} {'new req/s':>10} {'ratio':>6}  {'old p99':>8} {'new p99':>8} {'ratio':>6}  {'old CPU':>8} {'new CPU':>8} {'ratio':>6}")
+print(f"{'scenario':9} {'old req/s':>10} {'new req/s':>10} {'ratio':>6}  {'old p99':>8} {'new p99':>8} {'ratio':>6}  "
+      f"{'old CPU':>8} {'new CPU':>8} {'ratio':>6}  {'old CPU range':>14} {'new CPU range':>14}")
 for scen in dict.fromkeys(s for s, _ in rows):
     med = {side: [statistics.median(x[i] for x in rows[(scen, side)]) for i in range(3)] for side in ("old", "new")}
+    span = {side: f"{min(x[2] for x in rows[(scen, side)]):.1f}-{max(x[2] for x in rows[(scen, side)]):.1f}"
+            for side in ("old", "new")}
     o, n = med["old"], med["new"]
-    print(f"{scen:9} {o[0]:10.0f} {n[0]:10.0f} {n[0]/o[0]:6.2f}  {o[1]:7.2f}ms {n[1]:7.2f}ms {n[1]/o[1]:6.2f}  {o[2]:6.1f}us {n[2]:6.1f}us {n[2]/o[2]:6.2f}")
-print("(medians over rounds; CPU = the proxy's user + system time per request)")
+    print(f"{scen:9} {o[0]:10.0f} {n[0]:10.0f} {n[0]/o[0]:6.2f}  {o[1]:7.2f}ms {n[1]:7.2f}ms {n[1]/o[1]:6.2f}  "
+          f"{o[2]:6.1f}us {n[2]:6.1f}us {n[2]/o[2]:6.2f}  {span['old']:>14} {span['new']:>14}")
+print("(medians over rounds, and the range of CPU per request over rounds; CPU = the proxy's user + system time")
+print(" per request. GETs of 64 KiB are bimodal on the 2-core box: the same binary runs at about 38 or 48 us)")
 PY

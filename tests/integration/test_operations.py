@@ -245,6 +245,66 @@ def direct_routes():
     return "  - name: hello\n    match: { path: / }\n    direct_response: { status: 200, body: hi }\n"
 
 
+class AddressInUseAtStartTest(unittest.TestCase):
+    """At a restart the previous process may still hold the listening address for a moment
+    (io_uring releases a killed process's sockets after the process is gone): a start
+    tries again for up to 2 s before it gives up. A reload does not wait."""
+
+    @staticmethod
+    def blocker():
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        return s
+
+    def cfg(self, port):
+        return config(listeners=f"  - name: public\n    address: 127.0.0.1:{port}\n",
+                      routes="  - name: all\n    match: { path_prefix: / }\n    direct_response: { status: 200, body: ok }\n")
+
+    def test_a_start_waits_for_an_address_released_meanwhile(self):
+        held = self.blocker()
+        port = held.getsockname()[1]
+        threading.Timer(0.5, held.close).start()
+        started = time.monotonic()
+        sg = Stealgate(self.cfg(port))
+        try:
+            self.assertGreaterEqual(time.monotonic() - started, 0.5)
+            self.assertEqual(sg.port, port)
+            self.assertEqual(request_once(port, "GET", "/")[0], 200)
+            sg.wait_log(r"listener public on 127\.0\.0\.1:\d+: the address was in use for \d+ ms")
+        finally:
+            self.assertEqual(sg.stop(), 0)
+
+    def test_a_start_gives_up_on_an_address_that_stays_in_use(self):
+        held = self.blocker()
+        port = held.getsockname()[1]
+        started = time.monotonic()
+        sg = Stealgate(self.cfg(port), wait_ready=False)
+        try:
+            self.assertNotEqual(sg.proc.wait(timeout=30), 0)
+            self.assertGreaterEqual(time.monotonic() - started, 2.0)
+            sg.wait_log(r"cannot listen on 127\.0\.0\.1:\d+: Address already in use \(still, after 2000 ms\)")
+        finally:
+            held.close()
+            sg.stop(expect_rc=None)
+
+    def test_a_reload_adding_a_listener_on_an_address_in_use_fails_at_once(self):
+        sg = Stealgate(self.cfg(0))
+        held = self.blocker()
+        try:
+            port = held.getsockname()[1]
+            extra = f"  - name: second\n    address: 127.0.0.1:{port}\n"
+            cfg = config(listeners=f"  - name: public\n    address: 127.0.0.1:{sg.port}\n" + extra,
+                         routes="  - name: all\n    match: { path_prefix: / }\n    direct_response: { status: 200, body: ok }\n")
+            started = time.monotonic()
+            self.assertFalse(sg.reload(cfg))
+            self.assertLess(time.monotonic() - started, 1.5)
+            self.assertEqual(request_once(sg.port, "GET", "/")[0], 200)
+        finally:
+            held.close()
+            self.assertEqual(sg.stop(), 0)
+
+
 class DrainTest(unittest.TestCase):
     def test_sigterm_drains_in_flight_requests_and_exits_zero(self):
         up = Upstream("d1")
