@@ -8,18 +8,23 @@
 #   WORKERS_LIST="16 8" ROUNDS=5 WORKLOADS="spawn_many_remote ping_pong" tests/bench/exec_ab.sh OLD NEW
 #
 # Each process runs WARMUP=1 and ITERS=3 (the harness contract); a cell's median is over
-# ROUNDS (default 3) processes x 3 iterations. N operations per iteration (default 1M).
+# ROUNDS (default 4: an even count balances which build runs first) processes x 3
+# iterations. N operations per iteration (default 1M).
 # On a machine lent for a few minutes, carry both binaries, liburing.so.2 and point
 # LD_LIBRARY_PATH at it: nothing else is needed (python3 for the table).
 set -euo pipefail
-[[ $# -eq 2 && -x "$1" && -x "$2" ]] || { sed -n '2,13p' "$0"; exit 2; }
+[[ $# -eq 2 && -x "$1" && -x "$2" ]] || { sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 2; }
 old=$1 new=$2
 raw=$(mktemp)
 trap 'rm -f "$raw"' EXIT
-for round in $(seq "${ROUNDS:-3}"); do
+for round in $(seq "${ROUNDS:-4}"); do
   for w in ${WORKERS_LIST:-2}; do
     for wl in ${WORKLOADS:-spawn_many_local spawn_many_remote yield_many ping_pong chained_spawn}; do
-      for side in old new; do
+      # Which build goes first alternates by round (proxy_ab.sh measured the second of two
+      # back-to-back processes slower).
+      sides="old new"
+      ((round % 2)) || sides="new old"
+      for side in $sides; do
         bin=$old
         [[ $side == new ]] && bin=$new
         WORKERS=$w ITERS=3 WARMUP=1 ENABLE_IO=1 timeout 120 "$bin" "$wl" "${N:-1000000}" |
