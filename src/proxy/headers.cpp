@@ -164,7 +164,7 @@ class HeadWriter {
     out_.append(value).append("\r\n");
   }
   static char* copy(char* to, std::string_view s) {
-    std::memcpy(to, s.data(), s.size());
+    if (!s.empty()) std::memcpy(to, s.data(), s.size());  // (an empty view's data may be null)
     return to + s.size();
   }
   void flush() {

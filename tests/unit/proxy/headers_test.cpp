@@ -67,6 +67,23 @@ TEST(UpstreamRequestHead, ListFieldsJoinTheClientsValuesAndRouteOperationsApply)
             "X-Set: s\r\nX-Add: a\r\n\r\n");
 }
 
+// Empty views may carry a null pointer (a default ForwardInfo field): the head writer must
+// not hand it to memcpy, even for zero bytes (UBSan stops the sanitizer run on it; the
+// header_rules fuzzer found it with an HTTP/1.0 request without Host).
+TEST(UpstreamRequestHead, EmptyValuesFromDefaultViews) {
+  http::RequestHead r;
+  r.method = "GET";
+  r.target = r.path = "/";
+  r.version_minor = 0;
+  ForwardInfo info;  // every view default: null data
+  info.proto = {};
+  std::string out;
+  append_upstream_request_head(out, r, "/", nullptr, info);
+  EXPECT_EQ(out,
+            "GET / HTTP/1.1\r\nHost: \r\nX-Forwarded-For: \r\nX-Forwarded-Proto: \r\nVia: 1.0 stealgate\r\n"
+            "X-Request-Id: \r\n\r\n");
+}
+
 TEST(ClientResponseHead, LongValuesAndTheEmptyLine) {
   http::ResponseHead resp;
   resp.status = 200;
