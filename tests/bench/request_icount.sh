@@ -69,23 +69,9 @@ PY
 }
 
 count() {  # name port shape count command...: instructions per request under callgrind
-  local name=$1 port=$2 shape=$3 n=$4
+  local name=$1 port=$2 shape=$3 n=$4 total
   shift 4
-  valgrind --tool=callgrind --callgrind-out-file="$work/cg-$name-$shape.out" "$@" >"$work/$name-$shape.log" 2>&1 &
-  local pid=$!
-  for _ in $(seq 150); do
-    python3 -c "import socket; socket.create_connection(('127.0.0.1', $port))" 2>/dev/null && break
-    sleep 0.2
-  done
-  requests "$port" "$shape" $((n / 2))
-  callgrind_control -z "$pid" >/dev/null 2>&1
-  requests "$port" "$shape" "$n"
-  callgrind_control -d "$pid" >/dev/null 2>&1
-  sleep 1
-  kill "$pid"
-  wait "$pid" 2>/dev/null || true
-  local total
-  total=$(callgrind_annotate "$work/cg-$name-$shape.out.1" 2>/dev/null | grep -m1 "PROGRAM TOTALS" | awk '{gsub(",", "", $1); print $1}')
+  total=$(callgrind_total "$work/cg-$name-$shape.out" "$port" $((n / 2)) "$n" requests "$port" "$shape" -- "$@")
   printf '%-9s %-9s %7d instructions per request (callgrind, %d requests)\n' "$name" "$shape" $((total / n)) "$n"
 }
 for shape in ${SHAPES:-keepalive close post}; do

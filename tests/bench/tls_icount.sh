@@ -67,23 +67,9 @@ PY
 }
 
 count() {  # name port command...: instructions per connection under callgrind
-  local name=$1 port=$2
+  local name=$1 port=$2 total
   shift 2
-  valgrind --tool=callgrind --callgrind-out-file="$work/cg-$name.out" "$@" >"$work/$name.log" 2>&1 &
-  local pid=$!
-  for _ in $(seq 150); do
-    python3 -c "import socket; socket.create_connection(('127.0.0.1', $port))" 2>/dev/null && break
-    sleep 0.2
-  done
-  connections "$port" 50
-  callgrind_control -z "$pid" >/dev/null 2>&1
-  connections "$port" "$N"
-  callgrind_control -d "$pid" >/dev/null 2>&1
-  sleep 1
-  kill "$pid"
-  wait "$pid" 2>/dev/null || true
-  local total
-  total=$(callgrind_annotate "$work/cg-$name.out.1" 2>/dev/null | grep -m1 "PROGRAM TOTALS" | awk '{gsub(",", "", $1); print $1}')
+  total=$(callgrind_total "$work/cg-$name.out" "$port" 50 "$N" connections "$port" -- "$@")
   echo "$name: $((total / N)) instructions per connection (callgrind, $N full handshakes)"
 }
 STEALGATE_IO_DRIVER=epoll count stealgate 18472 "$BIN" -c "$work/sg.yaml"
