@@ -108,13 +108,11 @@ bool named_in(const std::vector<std::pair<std::string, std::string>>& fields, st
 
 // Writes header lines into a head being built, applying the route's header operations
 // on the way (remove, then set, then add: a removed or set name never passes through).
-// Lines gather in a buffer on the stack and reach `out` in a few appends: four appends
-// per line (name, ": ", value, CRLF) cost more than the bytes they copy.
+// A line grows the head once and is copied into it: four appends per line (name, ": ",
+// value, CRLF) cost more than the bytes they copy.
 class HeadWriter {
  public:
   HeadWriter(std::string& out, const config::HeaderOps* ops) : out_(out), ops_(ops) {}
-  HeadWriter(const HeadWriter&) = delete;
-  HeadWriter& operator=(const HeadWriter&) = delete;
   void field(std::string_view name, std::string_view value) {
     if (suppressed(name)) return;
     line(name, {}, value);
@@ -130,22 +128,15 @@ class HeadWriter {
       for (const auto& [k, v] : ops_->set) line(k, {}, v);
       for (const auto& [k, v] : ops_->add) line(k, {}, v);
     }
-    flush();
     out_.append("\r\n");
   }
 
  private:
   // "name: [existing, ]value" CRLF.
   void line(std::string_view name, std::string_view existing, std::string_view value) {
-    const std::size_t n = name.size() + existing.size() + value.size() + (existing.empty() ? 4 : 6);
-    if (n > sizeof(buf_) - used_) {
-      flush();
-      if (n > sizeof(buf_)) {  // longer than the whole buffer: straight into the head
-        long_line(name, existing, value);
-        return;
-      }
-    }
-    char* p = copy(buf_ + used_, name);
+    const std::size_t at = out_.size();
+    out_.resize(at + name.size() + existing.size() + value.size() + (existing.empty() ? 4 : 6));
+    char* p = copy(out_.data() + at, name);
     *p++ = ':';
     *p++ = ' ';
     if (!existing.empty()) {
@@ -155,29 +146,17 @@ class HeadWriter {
     }
     p = copy(p, value);
     *p++ = '\r';
-    *p++ = '\n';
-    used_ = static_cast<std::size_t>(p - buf_);
-  }
-  void long_line(std::string_view name, std::string_view existing, std::string_view value) {
-    out_.append(name).append(": ");
-    if (!existing.empty()) out_.append(existing).append(", ");
-    out_.append(value).append("\r\n");
+    *p = '\n';
   }
   static char* copy(char* to, std::string_view s) {
     if (!s.empty()) std::memcpy(to, s.data(), s.size());  // (an empty view's data may be null)
     return to + s.size();
-  }
-  void flush() {
-    out_.append(buf_, used_);
-    used_ = 0;
   }
   bool suppressed(std::string_view name) const {
     return ops_ != nullptr && (named_in(ops_->remove, name) || named_in(ops_->set, name));
   }
   std::string& out_;
   const config::HeaderOps* ops_;
-  std::size_t used_ = 0;
-  char buf_[1024];
 };
 
 // Room for a head: the fields we pass on, plus what we add (one allocation per head).

@@ -15,13 +15,17 @@ bench_cleanup() {
 }
 
 # backend_conf PORT: $work/backend.conf, a one-worker nginx answering "hello\n" to every
-# request on 127.0.0.1:PORT (start it with: nginx -c "$work/backend.conf" -p "$work").
+# request on 127.0.0.1:PORT (start it with: nginx -c "$work/backend.conf" -p "$work"),
+# except GET /64k: the file $work/64k, where a script made one (and $work readable to
+# nginx's workers, which run as another user).
 backend_conf() {
   cat >"$work/backend.conf" <<EOF
 worker_processes 1; daemon off; pid $work/backend.pid; error_log $work/backend.err;
 events { worker_connections 4096; }
-http { access_log off; keepalive_requests 1000000;
-  server { listen 127.0.0.1:$1; location / { return 200 "hello\n"; } } }
+http { access_log off; keepalive_requests 100000000;
+  server { listen 127.0.0.1:$1; root $work;
+    location = /64k { }
+    location / { return 200 "hello\n"; } } }
 EOF
 }
 

@@ -24,15 +24,7 @@ bench_workdir proxy-ab
 chmod a+rx "$work"  # (the backend's workers run as another user)
 head -c 65536 /dev/zero | tr '\0' 'x' >"$work/64k"
 chmod a+r "$work/64k"
-cat >"$work/backend.conf" <<EOF2
-worker_processes 1; daemon off; pid $work/backend.pid; error_log $work/backend.err;
-events { worker_connections 4096; }
-http { access_log off; keepalive_requests 100000000; client_body_buffer_size 64k;
-  client_body_temp_path $work/body;
-  server { listen 127.0.0.1:19161; root $work;
-    location = /64k { }
-    location / { return 200 "hello\n"; } } }
-EOF2
+backend_conf 19161
 cat >"$work/sg.yaml" <<EOF2
 runtime: { worker_threads: 2 }
 admin: { address: 127.0.0.1:19962 }

@@ -1,6 +1,6 @@
-// The heads stealgate writes (proxy/headers.h): lines gather in a fixed buffer before they
-// reach the head, so heads larger than it, and single lines longer than it, must come out
-// byte for byte as written line by line; and generated request ids must be well-formed and
+// The heads stealgate writes (proxy/headers.h): each line is copied into room made for it
+// at the end of the head, so large heads, long lines and empty values must come out byte
+// for byte as written line by line; and generated request ids must be well-formed and
 // distinct.
 #include "proxy/headers.h"
 
@@ -28,9 +28,9 @@ std::string expected_tail(const std::string& fields) {
          "X-Request-Id: id1\r\n\r\n";
 }
 
-TEST(UpstreamRequestHead, ManyFieldsAndOneLongerThanTheLineBufferComeOutInOrder) {
-  // 40 fields of about 60 bytes (more than the 1 KiB buffer holds, so it is emptied midway)
-  // and one 3,000-byte value (longer than the whole buffer).
+TEST(UpstreamRequestHead, ManyFieldsAndALongOneComeOutInOrder) {
+  // 40 fields of about 60 bytes and one 3,000-byte value, after a prefix already in the
+  // string: every line lands after the one before, none overwrites another.
   http::RequestHead r = get_with({});
   std::string want_fields;
   for (int i = 0; i < 40; ++i) {

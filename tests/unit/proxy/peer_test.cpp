@@ -16,25 +16,24 @@ bool text_inline(const Peer& p) {
   return text >= self && text < self + sizeof p;
 }
 
-TEST(Peer, TheLongestIPv4AddressIsKeptWhole) {
-  Peer p(ep("255.255.255.255", 65535));
-  EXPECT_EQ(p.address(), "255.255.255.255:65535");
-  EXPECT_EQ(p.ip(), "255.255.255.255");
-  EXPECT_TRUE(text_inline(p));
-}
-
-TEST(Peer, AShortIPv6AddressIsInline) {
-  Peer p(ep("2001:db8::1", 443));
-  EXPECT_EQ(p.address(), "[2001:db8::1]:443");
-  EXPECT_EQ(p.ip(), "2001:db8::1");
-  EXPECT_TRUE(text_inline(p));
-}
-
-TEST(Peer, ALongIPv6AddressIsKeptWholeOnTheHeap) {
-  Peer p(ep("2a02:1810:4d0e:9f00:1c4e:2b5f:8e3a:71c2", 54321));
-  EXPECT_EQ(p.address(), "[2a02:1810:4d0e:9f00:1c4e:2b5f:8e3a:71c2]:54321");
-  EXPECT_EQ(p.ip(), "2a02:1810:4d0e:9f00:1c4e:2b5f:8e3a:71c2");
-  EXPECT_FALSE(text_inline(p));
+TEST(Peer, AddressTextIpAndWhereTheTextLives) {
+  struct Case {
+    const char* ip;
+    unsigned short port;
+    const char* text;
+    bool inline_text;
+  };
+  const Case cases[] = {
+      {"255.255.255.255", 65535, "255.255.255.255:65535", true},  // the longest IPv4 address
+      {"2001:db8::1", 443, "[2001:db8::1]:443", true},           // a short IPv6 address
+      {"2a02:1810:4d0e:9f00:1c4e:2b5f:8e3a:71c2", 54321, "[2a02:1810:4d0e:9f00:1c4e:2b5f:8e3a:71c2]:54321", false},
+  };
+  for (const Case& c : cases) {
+    Peer p(ep(c.ip, c.port));
+    EXPECT_EQ(p.address(), c.text);
+    EXPECT_EQ(p.ip(), c.ip);
+    EXPECT_EQ(text_inline(p), c.inline_text) << c.ip;
+  }
 }
 
 TEST(Peer, ThirtyOneCharactersAreInlineAndThirtyTwoAreNot) {
