@@ -10,13 +10,14 @@
 #   tests/bench/tls_bench.sh [build-release/src/stealgate]
 #   ROUNDS=3 DURATION=10 tests/bench/tls_bench.sh
 #   SCENARIOS=keepalive ROUNDS=6 tests/bench/tls_bench.sh   # one scenario, more rounds
+#   CLIENTS=1 SCENARIOS=resumed tests/bench/tls_bench.sh     # one client: latency, not CPU
 #
 # Scenarios:
 #   keepalive  wrk, 64 keep-alive HTTPS connections, small GETs
-#   full       openssl s_time -new, 4 in parallel: a new connection and a full handshake
+#   full       openssl s_time -new, CLIENTS (4) in parallel: a new connection and a full handshake
 #              per request (not wrk: with "Connection: close" it resumes about half of
 #              its connections)
-#   resumed    openssl s_time -reuse, 4 in parallel: a new connection per request, the
+#   resumed    openssl s_time -reuse, CLIENTS in parallel: a new connection per request, the
 #              session resumed from a ticket (what browsers and most clients do)
 # Everything listens on 127.0.0.1; every load run is bounded by DURATION seconds.
 set -euo pipefail
@@ -25,6 +26,7 @@ SG=${1:-build-release/src/stealgate}
 ROUNDS=${ROUNDS:-3}
 SCENARIOS=${SCENARIOS:-keepalive full resumed}
 DURATION=${DURATION:-10}
+CLIENTS=${CLIENTS:-4}  # openssl s_time processes in parallel (full, resumed)
 for tool in nginx wrk openssl; do
   command -v "$tool" >/dev/null || { echo "tls_bench: $tool is missing (apt-get install -y nginx-light wrk)"; exit 2; }
 done
@@ -112,7 +114,7 @@ load() {
     full | resumed)
       local mode=-new
       [[ $scenario == resumed ]] && mode=-reuse
-      out=$(for i in 1 2 3 4; do
+      out=$(for _ in $(seq "$CLIENTS"); do
               openssl s_time -connect "127.0.0.1:$port" -www / -time "$DURATION" $mode 2>/dev/null &
             done; wait) ;;
   esac

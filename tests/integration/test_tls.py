@@ -125,6 +125,13 @@ class TlsTest(unittest.TestCase):
         s2 = ctx.wrap_socket(socket.create_connection(("127.0.0.1", sg.port), timeout=10), server_hostname="a.test",
                              session=session)
         self.assertTrue(s2.session_reused)
+        # A resumed TLS 1.3 connection gets a fresh ticket too (RFC 8446 C.4: a client
+        # should not use a ticket twice). The ticket also carries the ACK of the client's
+        # Finished: without it a client with Nagle on (Python's, by default) held its request
+        # for the server's delayed ACK, 40 ms.
+        s2.sendall(b"GET /two HTTP/1.1\r\nHost: a.test\r\n\r\n")
+        s2.recv(65536)
+        self.assertNotEqual(s2.session.id, session.id, "no new ticket on the resumed connection")
         s2.close()
         # The client is done with its handshake before the server has read its Finished.
         sg.wait_for(lambda: sg.metric("stealgate_tls_handshakes_total", listener="public", version="TLSv1.3",
