@@ -58,7 +58,10 @@ const Table<RuntimeSection>& runtime_table() {
        F::flag("adaptive_global_queue_interval", &R::adaptive_global_queue_interval,
                "retune that interval so injected tasks wait about 200 µs at most"),
        F::number("event_interval", &R::event_interval, 1, 1u << 20,
-                 "ticks between non-blocking polls of the I/O driver by a busy worker"),
+                 "ticks between non-blocking polls of the I/O driver by a busy worker; a poll is also due once "
+                 "its task polls since the last have run 100 µs (long polls, such as TLS handshakes, would otherwise "
+                 "keep new connections, reads and queued sends waiting on that worker for dozens of them), counted in "
+                 "`stealgate_executor_overdue_driver_polls_total{worker}`"),
        F::number("coop_budget", &R::coop_budget, 1, 1u << 20,
                  "operations a task may complete per scheduling before it must yield"),
        F::number("max_lifo_polls_per_tick", &R::max_lifo_polls_per_tick, 0, 1u << 20,

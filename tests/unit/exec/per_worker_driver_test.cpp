@@ -1,8 +1,9 @@
 // A runtime whose workers each drive their own driver (the io_uring shape: a ring per
 // worker): each driver is only ever parked and polled by its own worker's thread, every
 // worker parks in its own driver (none waits on a condition variable behind another), a
-// timer fires on the worker that armed it even while the others sleep, and an earlier
-// timer is not held up by a worker parked until a later one.
+// timer fires on the worker that armed it even while the others sleep, an earlier timer
+// is not held up by a worker parked until a later one, and a worker busy with long polls
+// still visits its driver.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -33,12 +34,14 @@ class RecordingDriver final : public Driver {
   }
   uint32_t poll(uint32_t /*max*/) override {
     note_thread();
+    polls.fetch_add(1);
     return 0;
   }
   void unpark() override { sleep_.unpark(); }
   void shutdown() override {}
 
   std::atomic<int> parks{0};
+  std::atomic<int> polls{0};
   std::atomic<int> other_threads{0};  // drives from a thread other than the first
 
  private:
@@ -121,6 +124,44 @@ TEST(PerWorkerDrivers, AnEarlierTimerIsNotHeldUpByAWorkerParkedWithALaterTimeout
   EXPECT_FALSE(late_done.load()) << "the short sleep only ended with the long one";
   late.cancel();
   EXPECT_FALSE(late.wait());
+}
+
+// Polls `n` times (yielding between, so the queue never runs dry and the worker neither
+// parks nor flushes), each poll spinning for `each`; returns the driver polls the worker
+// made meanwhile.
+int driver_polls_during(Runtime& rt, RecordingDriver& d, int n, std::chrono::microseconds each) {
+  auto r = rt.block_on([&]() -> Task<int> {
+    const int before = d.polls.load();
+    for (int i = 0; i < n; ++i) {
+      const auto until = Clock::now() + each;
+      while (Clock::now() < until) {
+      }
+      co_await yield_now();
+    }
+    co_return d.polls.load() - before;
+  });
+  return r.value_or(-1);
+}
+
+TEST(PerWorkerDrivers, AWorkerBusyWithLongPollsStillVisitsItsDriver) {
+  // A completion on this worker's driver (a new connection, a client's TLS flight), or a
+  // send a poll queued there, would otherwise wait for event_interval ticks: 30 polls of
+  // 300 us (a TLS handshake each) are 9 ms, and with the default interval of 61, no visit.
+  Drivers d;
+  RuntimeConfig cfg = workers(1);
+  cfg.poll_timing = true;
+  Runtime rt(cfg, d.factory());
+  const int long_visits = driver_polls_during(rt, *d.all[0], 30, 300us);
+  EXPECT_GE(long_visits, 25) << "one visit is due after each poll of 300 us";
+  EXPECT_TRUE(eventually([&] { return rt.stats().total().overdue_driver_polls >= 25; }));
+  // Short polls make a visit due only once they add up to 100 us, not one per poll: a
+  // batch of short polls keeps its one visit per event_interval ticks. (Bounded by the
+  // time they took: a sanitizer build polls slower.)
+  const auto t0 = Clock::now();
+  const int short_visits = driver_polls_during(rt, *d.all[0], 50, 0us);
+  const auto took = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0);
+  EXPECT_LE(short_visits, took / 100us + 1) << "50 short polls in " << took.count() << " us";
+  EXPECT_LT(short_visits, 50);
 }
 
 }  // namespace
