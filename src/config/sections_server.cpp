@@ -58,9 +58,9 @@ const Table<RuntimeSection>& runtime_table() {
        F::flag("adaptive_global_queue_interval", &R::adaptive_global_queue_interval,
                "retune that interval so injected tasks wait about 200 µs at most"),
        F::number("event_interval", &R::event_interval, 1, 1u << 20,
-                 "ticks between non-blocking polls of the I/O driver by a busy worker; a poll is also due once "
-                 "its task polls since the last have run 100 µs (long polls, such as TLS handshakes, would otherwise "
-                 "keep new connections, reads and queued sends waiting on that worker for dozens of them), counted in "
+                 "ticks between non-blocking polls of the I/O driver by a busy worker; a task poll of 100 µs or more "
+                 "also makes one due at once (long polls, such as TLS handshakes, would otherwise keep new connections, "
+                 "reads and queued sends waiting on that worker for dozens of them), counted in "
                  "`stealgate_executor_overdue_driver_polls_total{worker}`"),
        F::number("coop_budget", &R::coop_budget, 1, 1u << 20,
                  "operations a task may complete per scheduling before it must yield"),

@@ -79,9 +79,8 @@ class Worker {
   uint64_t run_task(TaskHeader* t, uint64_t start);
   uint64_t run_lifo_chain(uint64_t now);
   uint64_t poll_task(TaskHeader* t, uint64_t start);
-  // With poll timing: visits the driver once polls have run kDriverVisitAfterNs since
-  // the last visit.
-  void visit_driver_if_overdue(uint64_t start, uint64_t end);
+  // With poll timing: visits the driver after a poll of kDriverVisitAfterNs or more.
+  void visit_driver_after(uint64_t took);
   void poll_untimed(TaskHeader* t);
   [[gnu::noinline]] void note_slow_poll(TaskKind kind, const TaskDiag* d, uint64_t took, uint64_t end);
 
@@ -176,9 +175,6 @@ class Worker {
   uint64_t quiet_since_ns_ = 0;
   uint64_t batch_started_ns_ = 0;
   uint64_t batch_polls_ = 0;
-  // With poll timing: the start of the first poll since the last visit to the driver
-  // (0: none since).
-  uint64_t driver_visited_ns_ = 0;
   double poll_time_ewma_ns_ = 0;
   const bool time_polls_;  // RuntimeConfig::poll_timing
   const uint64_t long_poll_ns_;

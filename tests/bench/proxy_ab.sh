@@ -10,7 +10,8 @@
 #
 # Scenarios (64 connections, one wrk thread, DUR seconds, default 6): small (GET, keep-alive),
 # close (GET, a new connection per request), post (16 KiB POST bodies, keep-alive), big
-# (GET of 64 KiB, keep-alive). ROUNDS default 4 (an even count: which build runs first
+# (GET of 64 KiB, keep-alive), c1000 (GET, keep-alive, 1,000 connections; not in the
+# default set). ROUNDS default 4 (an even count: which build runs first
 # alternates by round). The 2-core box swings by 10-20% between runs: trust medians over
 # rounds, and instruction counts (request_icount.sh) for small differences.
 set -euo pipefail
@@ -48,6 +49,7 @@ run() {  # side binary scenario: one line "side scenario req/s p99_ms cpu_us"
   local side=$1 bin=$2 scen=$3 args=(-t1 -c64) url=http://127.0.0.1:18481/
   case $scen in
     close) args+=(-H "Connection: close") ;;
+    c1000) args=(-t1 -c1000) ;;
     post) args+=(-s "$work/post.lua") ;;
     big) url=http://127.0.0.1:18481/64k ;;
   esac

@@ -154,14 +154,10 @@ TEST(PerWorkerDrivers, AWorkerBusyWithLongPollsStillVisitsItsDriver) {
   const int long_visits = driver_polls_during(rt, *d.all[0], 30, 300us);
   EXPECT_GE(long_visits, 25) << "one visit is due after each poll of 300 us";
   EXPECT_TRUE(eventually([&] { return rt.stats().total().overdue_driver_polls >= 25; }));
-  // Short polls make a visit due only once they add up to 100 us, not one per poll: a
-  // batch of short polls keeps its one visit per event_interval ticks. (Bounded by the
-  // time they took: a sanitizer build polls slower.)
-  const auto t0 = Clock::now();
+  // Short polls keep the one visit per event_interval ticks, however long their batch.
+  // (A few may come from polls the OS preempted: wall time counts.)
   const int short_visits = driver_polls_during(rt, *d.all[0], 50, 0us);
-  const auto took = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0);
-  EXPECT_LE(short_visits, took / 100us + 1) << "50 short polls in " << took.count() << " us";
-  EXPECT_LT(short_visits, 50);
+  EXPECT_LT(short_visits, 10);
 }
 
 }  // namespace
