@@ -58,10 +58,12 @@ const Table<RuntimeSection>& runtime_table() {
        F::flag("adaptive_global_queue_interval", &R::adaptive_global_queue_interval,
                "retune that interval so injected tasks wait about 200 µs at most"),
        F::number("event_interval", &R::event_interval, 1, 1u << 20,
-                 "ticks between non-blocking polls of the I/O driver by a busy worker; a task poll of 100 µs or more "
-                 "also makes one due at once (long polls, such as TLS handshakes, would otherwise keep new connections, "
-                 "reads and queued sends waiting on that worker for dozens of them), counted in "
-                 "`stealgate_executor_overdue_driver_polls_total{worker}`"),
+                 "ticks between non-blocking polls of the I/O driver by a busy worker"),
+       F::number("driver_visit_after_poll_us", &R::driver_visit_after_poll_us, 0, 1000000,
+                 "a task poll at least this many microseconds long makes its worker poll the I/O driver right after "
+                 "it, instead of only every `event_interval` ticks: long polls, such as TLS handshakes, would "
+                 "otherwise keep that worker's new connections, reads and queued sends waiting for dozens of them. "
+                 "Counted in `stealgate_executor_overdue_driver_polls_total{worker}`; `0` never"),
        F::number("coop_budget", &R::coop_budget, 1, 1u << 20,
                  "operations a task may complete per scheduling before it must yield"),
        F::number("max_lifo_polls_per_tick", &R::max_lifo_polls_per_tick, 0, 1u << 20,

@@ -61,6 +61,7 @@ inline constexpr std::chrono::milliseconds kDefaultIdleMemoryReclaim{1'000};
 // Tokio's guidance is 10-100 us between awaits; 10 ms is far past anything the gateway's
 // own tasks do, so a report means real blocking work (a slow DNS call, a huge config).
 inline constexpr std::chrono::nanoseconds kDefaultLongPollThreshold{10'000'000};
+inline constexpr std::chrono::nanoseconds kDefaultDriverVisitAfterPoll{100'000};
 
 struct RuntimeConfig {
   // 0 = the CPUs available to the process (affinity mask and cgroup cpu.max quota).
@@ -94,6 +95,9 @@ struct RuntimeConfig {
   // on; the gateway always runs with it.
   bool poll_timing = false;
   std::chrono::nanoseconds long_poll_threshold = kDefaultLongPollThreshold;
+  // With poll_timing: a poll at least this long makes its worker poll the I/O driver right
+  // after it, not only every event_interval ticks (Worker::visit_driver_after); 0: never.
+  std::chrono::nanoseconds driver_visit_after_poll = kDefaultDriverVisitAfterPoll;
   // Called on the worker, at most once a second per worker, for a long poll.
   LongPollHook on_long_poll = nullptr;
   // A worker parked this long after running tasks reclaims idle memory (reclaim.h); 0:

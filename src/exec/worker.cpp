@@ -73,9 +73,6 @@ constexpr uint32_t kMaxPriorityStreak = 32;
 // Completions a driver poll may always dispatch, even onto a full queue (see driver_budget).
 constexpr uint32_t kMinDriverBatch = 16;
 constexpr double kPollTimeEwmaAlpha = 0.1;
-// With poll timing: a poll at least this long makes a visit to the worker's I/O driver
-// due at once (see visit_driver_after).
-constexpr uint64_t kDriverVisitAfterNs = 100'000;
 }  // namespace
 
 Worker::Worker(Scheduler* scheduler, std::size_t index)
@@ -87,6 +84,9 @@ Worker::Worker(Scheduler* scheduler, std::size_t index)
       rand_(static_cast<uint32_t>(0x9E3779B9u * (index + 1))),
       time_polls_(cfg_.poll_timing),
       long_poll_ns_(static_cast<uint64_t>(cfg_.long_poll_threshold.count())),
+      visit_after_ns_(cfg_.driver_visit_after_poll.count() > 0
+                          ? static_cast<uint64_t>(cfg_.driver_visit_after_poll.count())
+                          : UINT64_MAX),
       stealer_(run_queue_.stealer()),
       priority_stealer_(priority_queue_.stealer()),
       parker_(&scheduler->driver_slot(index)) {
@@ -400,11 +400,11 @@ void Worker::visit_driver_after(uint64_t took) {
   // for ~300 us, so 61 of them kept this ring's completions (a new connection, a client's
   // next flight) and its queued submissions (the flight another poll had queued) for
   // ~18 ms, while that client, and with few clients the other worker and the machine,
-  // sat idle. So a poll of kDriverVisitAfterNs or more makes a visit due at once. (Not
-  // the sum of short polls: counted in wall time, which includes the thread's
+  // sat idle. So a poll of driver_visit_after_poll (100 us) or more makes a visit due at
+  // once. (Not the sum of short polls: counted in wall time, which includes the thread's
   // preemptions, that made 0.15 more io_uring_enter per GET at 1,000 connections, where
   // 50 polls of 2 us fill a batch.)
-  if (took < kDriverVisitAfterNs) return;
+  if (took < visit_after_ns_) return;
   ++counters_.overdue_driver_polls;
   visit_driver();
 }

@@ -79,7 +79,7 @@ class Worker {
   uint64_t run_task(TaskHeader* t, uint64_t start);
   uint64_t run_lifo_chain(uint64_t now);
   uint64_t poll_task(TaskHeader* t, uint64_t start);
-  // With poll timing: visits the driver after a poll of kDriverVisitAfterNs or more.
+  // With poll timing: visits the driver after a poll of driver_visit_after_poll or more.
   void visit_driver_after(uint64_t took);
   void poll_untimed(TaskHeader* t);
   [[gnu::noinline]] void note_slow_poll(TaskKind kind, const TaskDiag* d, uint64_t took, uint64_t end);
@@ -178,6 +178,7 @@ class Worker {
   double poll_time_ewma_ns_ = 0;
   const bool time_polls_;  // RuntimeConfig::poll_timing
   const uint64_t long_poll_ns_;
+  const uint64_t visit_after_ns_;  // RuntimeConfig::driver_visit_after_poll (never: UINT64_MAX)
   LongPollLimiter long_poll_limiter_;
 
   // --- shared with other threads ---

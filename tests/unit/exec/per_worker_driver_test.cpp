@@ -160,5 +160,15 @@ TEST(PerWorkerDrivers, AWorkerBusyWithLongPollsStillVisitsItsDriver) {
   EXPECT_LT(short_visits, 10);
 }
 
+TEST(PerWorkerDrivers, TheVisitAfterALongPollCanBeTurnedOff) {
+  Drivers d;
+  RuntimeConfig cfg = workers(1);
+  cfg.poll_timing = true;
+  cfg.driver_visit_after_poll = 0ns;
+  Runtime rt(cfg, d.factory());
+  EXPECT_EQ(driver_polls_during(rt, *d.all[0], 30, 300us), 0);
+  EXPECT_EQ(rt.stats().total().overdue_driver_polls, 0u);
+}
+
 }  // namespace
 }  // namespace sg::exec
