@@ -50,7 +50,7 @@ struct WorkerCounters {
   uint64_t parks = 0;              // times the worker went to sleep
   uint64_t unparks = 0;            // times it woke up
   uint64_t driver_polls = 0;       // polls of the I/O driver (blocking or not)
-  uint64_t overdue_driver_polls = 0;  // of those, due at once after a poll of 100 us or more
+  uint64_t overdue_driver_polls = 0;  // of those, right after a long poll (driver_visit_after_poll)
   uint64_t busy_ns = 0;            // time not parked
   uint64_t local_queue_depth = 0;  // gauge, at publication time
   uint64_t global_queue_interval = 0;  // gauge: current (possibly adaptive) interval

@@ -5,10 +5,10 @@
 // usual exec::Waker (LIFO slot or local queue, coop budget). Submissions queue in the
 // ring and go to the kernel in batches: when the worker's local queue runs dry (before it
 // steals or parks, exec::Driver::flush), at its driver polls (every event_interval ticks,
-// and after a task poll of 100 us or more: exec/worker.cpp, visit_driver_after), and when
-// the queue is full. Flushing after every task poll
-// instead cost one io_uring_enter per wait (2.1 per proxied GET at 64 connections, 0.3
-// batched) and 13% more CPU per request at 1,000 connections.
+// and after a task poll of runtime.driver_visit_after_poll_us: exec/worker.cpp,
+// visit_driver_after), and when the queue is full. Flushing after every task poll instead
+// cost one io_uring_enter per wait (2.1 per proxied GET at 64 connections, 0.3 batched)
+// and 13% more CPU per request at 1,000 connections.
 // A parked worker sleeps in io_uring_enter on its own ring; unpark() writes the ring's
 // eventfd, on which a read is always pending.
 //

@@ -105,7 +105,7 @@ void executor_families(Families& fs, const exec::RuntimeStats& st) {
       {"stealgate_executor_driver_polls_total", "Polls of the I/O driver by a worker.",
        &exec::WorkerCounters::driver_polls, true, 1},
       {"stealgate_executor_overdue_driver_polls_total",
-       "I/O driver polls a worker made at once after a task poll of 100 us or more.",
+       "I/O driver polls a worker made right after a task poll of at least runtime.driver_visit_after_poll_us.",
        &exec::WorkerCounters::overdue_driver_polls, true, 1},
       {"stealgate_executor_busy_seconds_total", "Time a worker spent not parked.", &exec::WorkerCounters::busy_ns,
        true, 1e-9},
