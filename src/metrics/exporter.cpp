@@ -73,48 +73,60 @@ void add_duration_histogram(MetricFamily& f, Labels labels, const exec::DelayHis
   f.metric.push_back(std::move(m));
 }
 
+// The per-worker counters and gauges, each a family labelled by worker.
+struct WorkerField {
+  const char* name;
+  const char* help;
+  uint64_t exec::WorkerCounters::*member;
+  bool counter;
+  double scale;
+};
+const WorkerField kWorkerFields[] = {
+    {"stealgate_executor_polls_total", "Task polls per worker.", &exec::WorkerCounters::polls, true, 1},
+    {"stealgate_executor_local_schedules_total", "Tasks scheduled by a worker onto itself.",
+     &exec::WorkerCounters::local_schedules, true, 1},
+    {"stealgate_executor_injected_polls_total", "Tasks a worker took from the injection queue.",
+     &exec::WorkerCounters::remote_polled, true, 1},
+    {"stealgate_executor_steals_total", "Tasks stolen from other workers.", &exec::WorkerCounters::steals, true, 1},
+    {"stealgate_executor_steal_operations_total", "Successful steal operations.",
+     &exec::WorkerCounters::steal_operations, true, 1},
+    {"stealgate_executor_overflows_total", "Times half a full local queue moved to the injection queue.",
+     &exec::WorkerCounters::overflows, true, 1},
+    {"stealgate_executor_lifo_hits_total", "Polls of a task taken from the LIFO slot.",
+     &exec::WorkerCounters::lifo_hits, true, 1},
+    {"stealgate_executor_lifo_capped_total", "Ticks where the LIFO slot hit its per-tick cap.",
+     &exec::WorkerCounters::lifo_capped, true, 1},
+    {"stealgate_executor_priority_schedules_total",
+     "Wake-ups of admitted requests queued in the priority lane.", &exec::WorkerCounters::priority_schedules, true, 1},
+    {"stealgate_executor_forced_yields_total", "Yields forced by an exhausted coop budget.",
+     &exec::WorkerCounters::forced_yields, true, 1},
+    {"stealgate_executor_parks_total", "Times a worker went to sleep.", &exec::WorkerCounters::parks, true, 1},
+    {"stealgate_executor_unparks_total", "Times a worker woke up.", &exec::WorkerCounters::unparks, true, 1},
+    {"stealgate_executor_driver_polls_total", "Polls of the I/O driver by a worker.",
+     &exec::WorkerCounters::driver_polls, true, 1},
+    {"stealgate_executor_overdue_driver_polls_total",
+     "I/O driver polls a worker made right after a task poll of at least runtime.driver_visit_after_poll_us.",
+     &exec::WorkerCounters::overdue_driver_polls, true, 1},
+    {"stealgate_executor_busy_seconds_total", "Time a worker spent not parked.", &exec::WorkerCounters::busy_ns,
+     true, 1e-9},
+    {"stealgate_executor_local_queue_depth", "Tasks in a worker's local run queue.",
+     &exec::WorkerCounters::local_queue_depth, false, 1},
+    {"stealgate_executor_global_queue_interval", "Ticks between injection-queue checks (adaptive or fixed).",
+     &exec::WorkerCounters::global_queue_interval, false, 1},
+    {"stealgate_executor_long_polls_total",
+     "Polls that held a worker for at least runtime.long_poll_threshold (each is logged, at most once a second "
+     "per worker, with its task's kind and name).",
+     &exec::WorkerCounters::long_polls, true, 1},
+    {"stealgate_executor_memory_reclaims_total",
+     "Times a worker idle for runtime.idle_memory_reclaim gave cached memory back.",
+     &exec::WorkerCounters::memory_reclaims, true, 1},
+    {"stealgate_executor_memory_reclaimed_bytes_total",
+     "Bytes of cached memory (free slabs, buffers, parsers) those reclaims freed.",
+     &exec::WorkerCounters::memory_reclaimed_bytes, true, 1},
+};
+
 void executor_families(Families& fs, const exec::RuntimeStats& st) {
-  struct Field {
-    const char* name;
-    const char* help;
-    uint64_t exec::WorkerCounters::*member;
-    bool counter;
-    double scale;
-  };
-  static const Field fields[] = {
-      {"stealgate_executor_polls_total", "Task polls per worker.", &exec::WorkerCounters::polls, true, 1},
-      {"stealgate_executor_local_schedules_total", "Tasks scheduled by a worker onto itself.",
-       &exec::WorkerCounters::local_schedules, true, 1},
-      {"stealgate_executor_injected_polls_total", "Tasks a worker took from the injection queue.",
-       &exec::WorkerCounters::remote_polled, true, 1},
-      {"stealgate_executor_steals_total", "Tasks stolen from other workers.", &exec::WorkerCounters::steals, true, 1},
-      {"stealgate_executor_steal_operations_total", "Successful steal operations.",
-       &exec::WorkerCounters::steal_operations, true, 1},
-      {"stealgate_executor_overflows_total", "Times half a full local queue moved to the injection queue.",
-       &exec::WorkerCounters::overflows, true, 1},
-      {"stealgate_executor_lifo_hits_total", "Polls of a task taken from the LIFO slot.",
-       &exec::WorkerCounters::lifo_hits, true, 1},
-      {"stealgate_executor_lifo_capped_total", "Ticks where the LIFO slot hit its per-tick cap.",
-       &exec::WorkerCounters::lifo_capped, true, 1},
-      {"stealgate_executor_priority_schedules_total",
-       "Wake-ups of admitted requests queued in the priority lane.", &exec::WorkerCounters::priority_schedules, true, 1},
-      {"stealgate_executor_forced_yields_total", "Yields forced by an exhausted coop budget.",
-       &exec::WorkerCounters::forced_yields, true, 1},
-      {"stealgate_executor_parks_total", "Times a worker went to sleep.", &exec::WorkerCounters::parks, true, 1},
-      {"stealgate_executor_unparks_total", "Times a worker woke up.", &exec::WorkerCounters::unparks, true, 1},
-      {"stealgate_executor_driver_polls_total", "Polls of the I/O driver by a worker.",
-       &exec::WorkerCounters::driver_polls, true, 1},
-      {"stealgate_executor_overdue_driver_polls_total",
-       "I/O driver polls a worker made right after a task poll of at least runtime.driver_visit_after_poll_us.",
-       &exec::WorkerCounters::overdue_driver_polls, true, 1},
-      {"stealgate_executor_busy_seconds_total", "Time a worker spent not parked.", &exec::WorkerCounters::busy_ns,
-       true, 1e-9},
-      {"stealgate_executor_local_queue_depth", "Tasks in a worker's local run queue.",
-       &exec::WorkerCounters::local_queue_depth, false, 1},
-      {"stealgate_executor_global_queue_interval", "Ticks between injection-queue checks (adaptive or fixed).",
-       &exec::WorkerCounters::global_queue_interval, false, 1},
-  };
-  for (const auto& f : fields) {
+  for (const WorkerField& f : kWorkerFields) {
     auto& fam = fs.family(f.name, f.help, f.counter ? MetricType::Counter : MetricType::Gauge);
     for (std::size_t w = 0; w < st.workers.size(); ++w) {
       Families::add(fam, {{"worker", std::to_string(w)}}, static_cast<double>(st.workers[w].*f.member) * f.scale);
@@ -129,24 +141,10 @@ void executor_families(Families& fs, const exec::RuntimeStats& st) {
             static_cast<double>(st.blocking_threads));
   fs.scalar("stealgate_executor_blocking_queue_depth", "Blocking tasks waiting for a thread.", MetricType::Gauge,
             static_cast<double>(st.blocking_queue_depth));
-  auto& long_polls = fs.family("stealgate_executor_long_polls_total",
-                               "Polls that held a worker for at least runtime.long_poll_threshold (each is "
-                               "logged, at most once a second per worker, with its task's kind and name).",
-                               MetricType::Counter);
   auto& poll_time = fs.family("stealgate_executor_poll_duration_seconds",
                               "Time each task poll held its worker.", MetricType::Histogram);
-  auto& reclaims = fs.family("stealgate_executor_memory_reclaims_total",
-                             "Times a worker idle for runtime.idle_memory_reclaim gave cached memory back.",
-                             MetricType::Counter);
-  auto& reclaimed = fs.family("stealgate_executor_memory_reclaimed_bytes_total",
-                              "Bytes of cached memory (free slabs, buffers, parsers) those reclaims freed.",
-                              MetricType::Counter);
   for (std::size_t w = 0; w < st.workers.size(); ++w) {
-    Labels lb{{"worker", std::to_string(w)}};
-    Families::add(long_polls, lb, static_cast<double>(st.workers[w].long_polls));
-    Families::add(reclaims, lb, static_cast<double>(st.workers[w].memory_reclaims));
-    Families::add(reclaimed, lb, static_cast<double>(st.workers[w].memory_reclaimed_bytes));
-    add_duration_histogram(poll_time, lb, st.workers[w].poll_time);
+    add_duration_histogram(poll_time, {{"worker", std::to_string(w)}}, st.workers[w].poll_time);
   }
   // Scheduling delay (runnable -> polled), sampled, all workers together.
   add_duration_histogram(fs.family("stealgate_executor_scheduling_delay_seconds",
