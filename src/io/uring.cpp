@@ -26,10 +26,9 @@ using uring_send::leave_slot_locked;
 
 namespace {
 
-// user_data of the completions that are not operations. Operations are heap pointers,
-// never this small.
-constexpr uint64_t kWakeTag = 1;    // the eventfd read
-constexpr uint64_t kCancelTag = 2;  // an ASYNC_CANCEL's own completion
+using uring_send::kCancelTag;
+using uring_send::kWakeTag;
+
 // Ring sizes: submissions are flushed every tick, so a few hundred slots suffice; the
 // completion queue holds one entry per waiting socket that turns ready at once (the kernel
 // keeps any excess, IORING_FEAT_NODROP, until there is room).

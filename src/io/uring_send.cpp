@@ -16,6 +16,7 @@ namespace sg::io {
 using uring_send::background;
 using uring_send::background_bytes;
 using uring_send::BackgroundSend;
+using uring_send::kCancelTag;
 
 namespace {
 
@@ -36,7 +37,7 @@ void UringDriver::start_background_send(int fd, std::span<const std::string_view
   std::size_t n = 0;
   for (std::string_view b : bufs) n += b.size();
   n = std::min(n, kMaxSend);
-  UringOp* op = new_waited_op(sizeof(BackgroundSend) + n, {}, 0);
+  UringOp* op = new_waited_op(sizeof(BackgroundSend) + n + uring_send::kTailRoom, {}, 0);
   op->background = true;
   auto* b = new (op + 1) BackgroundSend();
   b->fd = fd;
@@ -111,6 +112,7 @@ bool UringDriver::resend_rest(UringOp* op, int res) {
   // between) queues its cancel to this ring, which submits it after the resubmission and
   // so finds it: a cancel names the operation, not one submission of it.
   if (again && !abandoned) {
+    b.fin_chained = false;  // the chain stopped at this completion: its links were cancelled
     io_uring_sqe* e = sqe();
     io_uring_prep_send(e, b.fd, background_bytes(op) + b.sent, b.size - b.sent, MSG_NOSIGNAL | MSG_WAITALL);
     io_uring_sqe_set_data(e, op);
@@ -130,6 +132,9 @@ void close_after_send(UringOp* send, UringOp* recv, std::string tail) noexcept {
 }
 
 void UringDriver::linger(UringOp* send, UringOp* recv, std::string tail) {
+  if (send->ring == this && !send->completed.load(std::memory_order_acquire) && chain_fin(send, tail)) {
+    tail.clear();  // (sent with the bytes)
+  }
   if (recv != nullptr) {
     if (!recv->completed.load(std::memory_order_acquire)) {
       cancels_.fetch_add(1, std::memory_order_relaxed);
@@ -142,7 +147,7 @@ void UringDriver::linger(UringOp* send, UringOp* recv, std::string tail) {
     return;
   }
   BackgroundSend& b = background(send);
-  b.tail = std::move(tail);
+  if (!tail.empty()) b.tail = std::move(tail);
   b.lingering = true;
   if (send->completed.load(std::memory_order_acquire)) {
     finish_lingering(send);  // (it completed since the socket looked)
@@ -150,6 +155,34 @@ void UringDriver::linger(UringOp* send, UringOp* recv, std::string tail) {
     return;
   }
   lingering_.push_back(send);  // with the socket's reference
+}
+
+bool UringDriver::chain_fin(UringOp* send, std::string_view tail) {
+  io_uring_sq& sq = ring_.sq;
+  // Not submitted yet (a submit moves sqe_head up to sqe_tail), the last one queued, and
+  // room for both links: a full queue would submit the send alone, its link open.
+  if (sq.sqe_tail == sq.sqe_head || io_uring_sq_space_left(&ring_) < 2) return false;
+  io_uring_sqe* last = &sq.sqes[(sq.sqe_tail - 1) & sq.ring_mask];
+  BackgroundSend& b = background(send);
+  if (last->user_data != reinterpret_cast<uintptr_t>(send) || tail.size() > uring_send::kTailRoom) return false;
+  // The tail (a TLS close_notify) joins the send's bytes: the links hold no memory.
+  std::memcpy(background_bytes(send) + b.size, tail.data(), tail.size());
+  b.size += static_cast<uint32_t>(tail.size());
+  last->len = b.size - b.sent;
+  // A send that fails or stops short (MSG_WAITALL) cancels both links, and its completion
+  // closes fd as before. One that went out whole is followed by the FIN at once, then by
+  // the close even if the shutdown failed (a hard link): the descriptor is closed in the
+  // chain, before anything could reuse its number, so the send's completion must not.
+  last->flags |= IOSQE_IO_LINK;
+  io_uring_sqe* e = sqe();
+  io_uring_prep_shutdown(e, b.fd, SHUT_WR);
+  e->flags |= IOSQE_IO_HARDLINK;
+  io_uring_sqe_set_data64(e, kCancelTag);
+  e = sqe();
+  io_uring_prep_close(e, b.fd);
+  io_uring_sqe_set_data64(e, kCancelTag);
+  b.fin_chained = true;
+  return true;
 }
 
 void UringDriver::queue_remote_linger(UringOp* send, UringOp* recv, std::string tail) {
@@ -180,6 +213,10 @@ void UringDriver::hand_over_lingering() {
 void UringDriver::finish_lingering(UringOp* op) {
   BackgroundSend& b = background(op);
   if (b.fd < 0) return;
+  if (b.fin_chained && op->res == static_cast<int>(b.size)) {
+    b.fd = -1;  // the chain's close has it (chain_fin)
+    return;
+  }
   if (!b.tail.empty() && op->res == static_cast<int>(b.size)) {
     (void)::send(b.fd, b.tail.data(), b.tail.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
   }

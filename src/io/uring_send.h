@@ -12,6 +12,11 @@
 
 namespace sg::io::uring_send {
 
+// user_data of the completions that are not operations. Operations are heap pointers,
+// never this small.
+inline constexpr uint64_t kWakeTag = 1;    // the eventfd read
+inline constexpr uint64_t kCancelTag = 2;  // a completion of no use: a cancel, a close, a FIN
+
 // What follows a background send, before its bytes. The ring's thread alone writes it
 // after the start (a reader on another thread sees it through `completed`).
 struct BackgroundSend {
@@ -23,12 +28,19 @@ struct BackgroundSend {
   // has finished, or cancelled at `deadline_ns` (steady clock).
   bool lingering = false;
   bool cancel_sent = false;
+  // A shutdown and a close are linked behind the send (chain_fin), until a short
+  // completion breaks the chain.
+  bool fin_chained = false;
   int64_t deadline_ns = 0;
   std::string tail;
   // The socket slot that holds the send (Socket::send_slot), under the operation's lock;
   // null once disowned.
   std::atomic<UringOp*>* owner = nullptr;
 };
+
+// Bytes a background send keeps free after its own, for a tail that a close appends
+// before the send is submitted (chain_fin): a TLS close_notify is 24-31 bytes.
+inline constexpr std::size_t kTailRoom = 32;
 
 inline BackgroundSend& background(UringOp* op) { return *reinterpret_cast<BackgroundSend*>(op + 1); }
 inline const BackgroundSend& background(const UringOp* op) { return *reinterpret_cast<const BackgroundSend*>(op + 1); }

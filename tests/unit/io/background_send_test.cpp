@@ -4,8 +4,11 @@
 // (io_uring: the ring closes it when the send has finished, from a worker or from another
 // thread); a write to a peer that stopped reading, then a close, gives up at the write's
 // deadline and closes; a failed send is reported by the next write and by flush();
-// writes_done() says whether a connection may go back to a pool. A stress test (run under
-// ThreadSanitizer too) has tasks that move between workers write, read and close.
+// writes_done() says whether a connection may go back to a pool. On one ring: a close
+// right after a write sends the FIN (and a TLS close_notify) with the write's send. A
+// stress test (run under ThreadSanitizer too) has tasks that move between workers write,
+// read and close.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -20,6 +23,7 @@
 
 #include "io/runtime.h"
 #include "io/tcp.h"
+#include "io/uring.h"
 #include "../../support/eventually.h"
 #include "../../support/io_drivers.h"
 #include "../../support/stream_pair.h"
@@ -338,6 +342,74 @@ TEST_P(BackgroundSend, TasksMovingBetweenWorkersWriteReadAndCloseInOrder) {
   for (auto& t : tasks) EXPECT_EQ(t.wait(), "ok");
   EXPECT_TRUE(sg::testing::eventually([&] { return ring_ops_in_flight(rt) == 0; }));
   for (StreamPair& p : pairs) ::close(p.peer);
+}
+
+
+// Runs `body` with a ring of its own and a socket pair whose first end the ring sends on,
+// on a thread of its own: the kernel sends a ring's creator task work when the ring is
+// torn down (TWA_SIGNAL), which would interrupt a later test's blocking call on the test
+// thread with EINTR.
+template <class Body>
+void on_a_ring_thread(Body body) {
+  if (!sg::testing::driver_available(IoDriverKind::kIoUring,
+                                     ::testing::UnitTest::GetInstance()->current_test_info()->name())) {
+    GTEST_SKIP() << "io_uring is not available here";
+  }
+  std::thread([&] {
+    auto ring = UringDriver::create();
+    ASSERT_TRUE(ring.ok());
+    (*ring)->attach();
+    int sv[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+    body(**ring, sv[0], sv[1]);
+    (*ring)->detach();
+  }).join();
+}
+
+// What a socket's close does with a send still in flight (Socket::close): takes it out of
+// the socket and hands it, with the tail, to the ring.
+void close_with_send_in_flight(UringDriver& ring, int fd, std::string_view bytes, std::string tail) {
+  std::atomic<UringOp*> slot{nullptr};
+  std::string_view bufs[1] = {bytes};
+  ring.start_background_send(fd, bufs, std::chrono::steady_clock::now() + 5s, slot);
+  UringOp* send = slot.exchange(nullptr);
+  disown_send(send);
+  close_after_send(send, nullptr, std::move(tail));
+}
+
+bool is_open(int fd) { return ::fcntl(fd, F_GETFD) != -1; }
+
+TEST(BackgroundSendOnOneRing, AClosesFinLeavesWithItsLastSendBeforeTheRingReapsIt) {
+  on_a_ring_thread([](UringDriver& ring, int fd, int peer) {
+    close_with_send_in_flight(ring, fd, "last response bytes", "close_notify");
+    // One submit and nothing reaped: the FIN used to wait for the send's completion to be
+    // reaped, then for the close's own submit.
+    ring.flush();
+    bool eof = false;
+    EXPECT_EQ(read_to_eof(peer, 2s, eof), "last response bytes" "close_notify");
+    EXPECT_TRUE(eof) << "no FIN before the send's completion was reaped";
+    ASSERT_TRUE(sg::testing::eventually([&] { return !is_open(fd); })) << "the linked close did not run";
+    // The number now names another socket: reaping the send's completion must not close it.
+    ASSERT_EQ(::dup2(peer, fd), fd);
+    ring.poll(64);
+    ring.flush();
+    ring.poll(64);
+    EXPECT_TRUE(is_open(fd)) << "the send's completion closed the descriptor a second time";
+    ::close(fd);
+    ::close(peer);
+  });
+}
+
+TEST(BackgroundSendOnOneRing, AFailedLastSendStillClosesItsDescriptor) {
+  on_a_ring_thread([](UringDriver& ring, int fd, int peer) {
+    ::close(peer);  // the send fails (EPIPE): its linked FIN and close are cancelled
+    close_with_send_in_flight(ring, fd, "nobody reads this", "");
+    EXPECT_TRUE(sg::testing::eventually([&] {
+      ring.flush();
+      ring.poll(64);
+      return !is_open(fd);
+    })) << "the descriptor of a failed send was never closed";
+  });
 }
 
 }  // namespace
