@@ -186,8 +186,9 @@ class Parser : private detail::ParserScalars {
   bool count_header_bytes(std::size_t n);
   void map_llhttp_error(llhttp_errno_t err, const char* data, std::size_t len);
 
-  // Scans head bytes before llhttp sees them, for what llhttp 8 tolerates: bare LF line
-  // ends, obs-fold, whitespace before the first field. Returns false on a violation.
+  // The head lexer (http/head_lexer.cpp). Scans head bytes before llhttp sees them, for
+  // what llhttp 8 tolerates: bare LF line ends, obs-fold, whitespace before the first
+  // field. Returns false on a violation.
   bool lex_head(char* data, std::size_t len);
   // lex_head's longer states, from data[i] on: each moves i to the last byte it consumed
   // and returns a violation's text, or nullptr.
