@@ -38,12 +38,12 @@
 // ring gives lingering sends up to kShutdownLinger before it cancels everything. When the
 // send's submission is still the last one queued (a response written and its connection
 // closed in one task poll, the usual case), the close appends its tail (a TLS
-// close_notify) to the send's bytes and links a shutdown (the FIN) and the close behind
-// it (chain_fin): the FIN leaves in the same batch as the bytes. Before, it waited for
-// the send's completion to be reaped and the close's own submit after that: under load,
-// a client that reads until the server closes (HTTP/1.0, a body delimited by the close,
+// close_notify) to the send's bytes and links the descriptor's close behind it
+// (chain_fin): the FIN leaves in the same batch as the bytes. Before, it waited for the
+// send's completion to be reaped and the close's own submit after that: under load, a
+// client that reads until the server closes (HTTP/1.0, a body delimited by the close,
 // TLS clients waiting for close_notify) saw EOF 10% of the time 200-450 us after the
-// response's last byte (nginx 25 us, its close follows its write); with the chain 10-12 us.
+// response's last byte (nginx 25 us, its close follows its write); with the chain 9-12 us.
 // A socket's receive and its background send may run on two rings (a task stolen
 // between starting them); the close must then come after both submissions: the
 // receive's ring cancels it and, once that has reached the kernel (after its next
@@ -330,8 +330,8 @@ class UringDriver final : public exec::Driver {
   // (hand_over_lingering). queue_remote_linger: the same from another thread.
   void linger(UringOp* send, UringOp* recv, std::string tail);
   // For a send being closed whose submission is still the last one queued: appends `tail`
-  // to its bytes and links a shutdown (FIN) and the descriptor's close behind it, so the
-  // FIN leaves with the send instead of after its completion is reaped. True if it did.
+  // to its bytes and links the descriptor's close (the FIN) behind it, so the FIN leaves
+  // with the send instead of after its completion is reaped. True if it did.
   bool chain_fin(UringOp* send, std::string_view tail);
   void queue_remote_linger(UringOp* send, UringOp* recv, std::string tail);
   // After a submit: the lingering sends of other rings whose socket's receive this ring

@@ -15,7 +15,7 @@ namespace sg::io::uring_send {
 // user_data of the completions that are not operations. Operations are heap pointers,
 // never this small.
 inline constexpr uint64_t kWakeTag = 1;    // the eventfd read
-inline constexpr uint64_t kCancelTag = 2;  // a completion of no use: a cancel, a close, a FIN
+inline constexpr uint64_t kCancelTag = 2;  // a completion of no use: a cancel, a close
 
 // What follows a background send, before its bytes. The ring's thread alone writes it
 // after the start (a reader on another thread sees it through `completed`).
@@ -28,7 +28,7 @@ struct BackgroundSend {
   // has finished, or cancelled at `deadline_ns` (steady clock).
   bool lingering = false;
   bool cancel_sent = false;
-  // A shutdown and a close are linked behind the send (chain_fin), until a short
+  // The descriptor's close is linked behind the send (chain_fin), until a short
   // completion breaks the chain.
   bool fin_chained = false;
   int64_t deadline_ns = 0;

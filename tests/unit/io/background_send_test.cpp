@@ -402,7 +402,7 @@ TEST(BackgroundSendOnOneRing, AClosesFinLeavesWithItsLastSendBeforeTheRingReapsI
 
 TEST(BackgroundSendOnOneRing, AFailedLastSendStillClosesItsDescriptor) {
   on_a_ring_thread([](UringDriver& ring, int fd, int peer) {
-    ::close(peer);  // the send fails (EPIPE): its linked FIN and close are cancelled
+    ::close(peer);  // the send fails (EPIPE): its linked close is cancelled
     close_with_send_in_flight(ring, fd, "nobody reads this", "");
     EXPECT_TRUE(sg::testing::eventually([&] {
       ring.flush();
