@@ -390,11 +390,13 @@ uint64_t Worker::poll_task(TaskHeader* t, uint64_t start) {
     note_slow_poll(kind, d, took, end);
   }
   if (d != nullptr) task_ref_dec(t);
-  visit_driver_after(took);
-  return end;
+  // After a driver visit the next poll starts from a fresh reading: timed from `end`, it
+  // would count the visit (sends it submitted ran in the kernel) as its own, and pass the
+  // threshold in turn.
+  return visit_driver_after(took) ? now_ns() : end;
 }
 
-void Worker::visit_driver_after(uint64_t took) {
+bool Worker::visit_driver_after(uint64_t took) {
   // The driver is visited every event_interval ticks, when the queue runs dry, and at a
   // park: in ticks, not time. Behind long polls that was long: a TLS handshake computes
   // for ~300 us, so 61 of them kept this ring's completions (a new connection, a client's
@@ -404,9 +406,10 @@ void Worker::visit_driver_after(uint64_t took) {
   // once. (Not the sum of short polls: counted in wall time, which includes the thread's
   // preemptions, that made 0.15 more io_uring_enter per GET at 1,000 connections, where
   // 50 polls of 2 us fill a batch.)
-  if (took < visit_after_ns_) return;
+  if (took < visit_after_ns_) return false;
   ++counters_.overdue_driver_polls;
   visit_driver();
+  return true;
 }
 
 void Worker::poll_untimed(TaskHeader* t) {

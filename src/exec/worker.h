@@ -79,8 +79,9 @@ class Worker {
   uint64_t run_task(TaskHeader* t, uint64_t start);
   uint64_t run_lifo_chain(uint64_t now);
   uint64_t poll_task(TaskHeader* t, uint64_t start);
-  // With poll timing: visits the driver after a poll of driver_visit_after_poll or more.
-  void visit_driver_after(uint64_t took);
+  // With poll timing: visits the driver after a poll of driver_visit_after_poll or more;
+  // true if it did.
+  bool visit_driver_after(uint64_t took);
   void poll_untimed(TaskHeader* t);
   [[gnu::noinline]] void note_slow_poll(TaskKind kind, const TaskDiag* d, uint64_t took, uint64_t end);
 

@@ -35,6 +35,9 @@ class RecordingDriver final : public Driver {
   uint32_t poll(uint32_t /*max*/) override {
     note_thread();
     polls.fetch_add(1);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(poll_takes_us.load());
+    while (std::chrono::steady_clock::now() < until) {
+    }
     return 0;
   }
   void unpark() override { sleep_.unpark(); }
@@ -43,6 +46,7 @@ class RecordingDriver final : public Driver {
   std::atomic<int> parks{0};
   std::atomic<int> polls{0};
   std::atomic<int> other_threads{0};  // drives from a thread other than the first
+  std::atomic<int> poll_takes_us{0};  // how long a non-blocking poll spins
 
  private:
   void note_thread() {
@@ -158,6 +162,29 @@ TEST(PerWorkerDrivers, AWorkerBusyWithLongPollsStillVisitsItsDriver) {
   // (A few may come from polls the OS preempted: wall time counts.)
   const int short_visits = driver_polls_during(rt, *d.all[0], 50, 0us);
   EXPECT_LT(short_visits, 10);
+}
+
+TEST(PerWorkerDrivers, AVisitsTimeIsNotCountedToTheNextPoll) {
+  // A driver poll that takes 150 us (submitting sends runs them in the kernel): the polls
+  // after a visit are short, and must not be measured from before it, or each would pass
+  // the threshold in turn and make a visit of its own.
+  Drivers d;
+  RuntimeConfig cfg = workers(1);
+  cfg.poll_timing = true;
+  Runtime rt(cfg, d.factory());
+  d.all[0]->poll_takes_us = 150;
+  auto r = rt.block_on([&]() -> Task<bool> {
+    const auto until = Clock::now() + 300us;
+    while (Clock::now() < until) {
+    }
+    for (int i = 0; i < 20; ++i) co_await yield_now();
+    co_return true;
+  });
+  ASSERT_TRUE(r.has_value());
+  // (Counters are published when the worker parks, which it does once the task is done.)
+  EXPECT_TRUE(eventually([&] { return rt.stats().total().overdue_driver_polls >= 1; }));
+  std::this_thread::sleep_for(20ms);
+  EXPECT_LE(rt.stats().total().overdue_driver_polls, 3u) << "short polls after a visit counted its time";
 }
 
 TEST(PerWorkerDrivers, TheVisitAfterALongPollCanBeTurnedOff) {
