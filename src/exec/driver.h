@@ -37,7 +37,8 @@ class Driver {
   virtual bool batches_submissions() const { return false; }
   virtual void flush() {}
   // Destroys everything still pending (handlers complete their waits as aborted). Called
-  // once, after the workers have stopped.
+  // once, after the workers have stopped: a per-worker driver by its worker's thread, as
+  // the last thing it does (an io_uring ring takes submissions from that thread only).
   virtual void shutdown() = 0;
 };
 

@@ -40,6 +40,8 @@ class Parker {
   void attach() { if (driver_->own) driver_->driver->attach(); }
   void detach() { if (driver_->own) driver_->driver->detach(); }
   void flush() { if (driver_->flushes) driver_->driver->flush(); }
+  // A per-worker driver is shut down by its worker's thread, the last thing it does.
+  void shutdown_own_driver() { if (driver_->own) driver_->driver->shutdown(); }
 
  private:
   static constexpr uint32_t kEmpty = 0, kParkedCondvar = 1, kParkedDriver = 2, kNotified = 3;

@@ -154,10 +154,11 @@ void Scheduler::drain_queues() {
 
 void Scheduler::shutdown() {
   if (shutdown_started_.exchange(true, std::memory_order_acq_rel)) return;
-  // 1-2. Stop the workers. They notice the closed queue at their next maintenance.
+  // 1-2. Stop the workers. They notice the closed queue at their next maintenance, leave
+  //    their run loops and wait (their threads stay: see 5).
   inject_.close();
   for (auto& w : workers_) w->parker().unpark();
-  for (auto& w : workers_) w->join();
+  for (auto& w : workers_) w->wait_stopped();
   // 3. Blocking work: queued tasks are dropped, running ones finish (they may wake
   //    coroutine tasks, which land in the injection queue and are dropped below).
   blocking_->shutdown();
@@ -165,9 +166,17 @@ void Scheduler::shutdown() {
   shutdown_complete_.store(true, std::memory_order_release);
   drain_queues();
   // 5. Pending I/O and timer operations are destroyed; their handlers abort the waits,
-  //    which drops the waiting tasks (and the sockets in their frames) right away.
+  //    which drops the waiting tasks (and the sockets in their frames) right away. A
+  //    worker's own driver is shut down by the worker's thread, one worker at a time (an
+  //    io_uring ring takes submissions only from its worker's thread); a shared one here.
   timers_.shutdown();
-  for (auto& d : drivers_) d->shutdown();
+  for (auto& w : workers_) {
+    w->finish();
+    w->join();
+  }
+  if (!per_worker_drivers_) {
+    for (auto& d : drivers_) d->shutdown();
+  }
   // 6. Nothing should be left, but a destructor may have scheduled something.
   drain_queues();
 }

@@ -27,7 +27,7 @@
 // interval after the injection queue's turn), so a busy local queue cannot starve them.
 // When the worker stops, it drops its queued pinned tasks itself, in queue order; pinned
 // tasks woken after that (by the runtime's shutdown) are dropped by the scheduler's
-// drains, after this thread was joined.
+// drains, after this thread has stopped.
 #include "exec/worker.h"
 
 #include <pthread.h>
@@ -107,6 +107,14 @@ void Worker::start() {
   pthread_setname_np(thread_, name.c_str());
 }
 
+void Worker::wait_stopped() {
+  if (started_) stopped_.acquire();
+}
+
+void Worker::finish() {
+  if (started_) may_finish_.release();
+}
+
 void Worker::join() {
   if (started_) {
     pthread_join(thread_, nullptr);
@@ -157,10 +165,13 @@ void Worker::run() {
     start_batch();
   }
   drop_pinned();
+  stopped_.release();
+  may_finish_.acquire();  // (the scheduler drains the queues and stops the timers meanwhile)
   parker_.detach();
   publish_stats(now_ns());
   c = ThreadContext{};
   disable_task_cache();
+  parker_.shutdown_own_driver();
 }
 
 // --- scheduling -------------------------------------------------------------------------

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <semaphore>
 
 #include "exec/config.h"
 #include "exec/fast_rand.h"
@@ -37,6 +38,13 @@ class Worker {
   Worker& operator=(const Worker&) = delete;
 
   void start();
+  // Shutdown comes in two steps, so that a worker's own driver is shut down by the worker's
+  // thread (an io_uring ring takes submissions only from the thread that drives it):
+  // wait_stopped() returns once the thread has left its run loop and dropped its pinned
+  // tasks (it then waits, touching nothing), finish() lets it shut its own driver down and
+  // exit, and join() waits for that.
+  void wait_stopped();
+  void finish();
   void join();
 
   // Queues a task from this worker's own thread (spawn, wake, yield, driver completion).
@@ -51,7 +59,7 @@ class Worker {
   const SlowPollLog& slow_polls() const { return slow_polls_; }
   std::size_t index() const { return index_; }
 
-  // After join(): hands every queued task (LIFO slot first) to `drop`.
+  // After wait_stopped(): hands every queued task (LIFO slot first) to `drop`.
   template <class Drop>
   void drain(Drop&& drop) {
     if (TaskHeader* t = lifo_) {
@@ -195,6 +203,8 @@ class Worker {
   SlowPollLog slow_polls_;
   pthread_t thread_{};
   bool started_ = false;
+  std::binary_semaphore stopped_{0};
+  std::binary_semaphore may_finish_{0};
 };
 
 uint64_t now_ns();

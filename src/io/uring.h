@@ -12,6 +12,14 @@
 // A parked worker sleeps in io_uring_enter on its own ring; unpark() writes the ring's
 // eventfd, on which a read is always pending.
 //
+// One thread per ring: a ring is made disabled, with SINGLE_ISSUER and DEFER_TASKRUN
+// (kernels before 6.1: COOP_TASKRUN), and its worker enables it (attach), which makes that
+// thread the only one the kernel lets submit to it or wait on it. Completions are then
+// posted only when the worker collects them (poll, park, flush), not at whatever syscall
+// it makes next. Other threads queue to the ring instead (cancels, buffer returns,
+// lingering sends: below), and the runtime shuts the ring down on the worker's thread
+// (exec::Scheduler::shutdown).
+//
 // Work stealing: a task stolen to another worker keeps its operations where it started
 // them; their completions land on the first worker's ring and wake the task from there
 // (any worker may poll any task). Its next operations go to the ring of the worker it
@@ -105,6 +113,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "common/result.h"
@@ -347,6 +356,10 @@ class UringDriver final : public exec::Driver {
 
   io_uring ring_{};
   bool ring_ready_ = false;
+  // DEFER_TASKRUN (create): the ring takes submissions only from issuer_, the thread that
+  // attached first (none yet: default id).
+  bool single_issuer_ = false;
+  std::thread::id issuer_{};
   int wake_fd_ = -1;
   uint64_t wake_buf_ = 0;  // the pending eventfd read's target
   std::atomic<bool> wake_pending_{false};

@@ -3,9 +3,10 @@
 // worker parks in its own driver (none waits on a condition variable behind another), a
 // timer fires on the worker that armed it even while the others sleep, an earlier timer
 // is not held up by a worker parked until a later one, and a worker busy with long polls
-// still visits its driver.
+// still visits its driver; each driver is shut down once, by its own worker's thread.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -195,6 +196,54 @@ TEST(PerWorkerDrivers, TheVisitAfterALongPollCanBeTurnedOff) {
   Runtime rt(cfg, d.factory());
   EXPECT_LE(driver_polls_during(rt, *d.all[0], 30, 300us), 1);  // (an event_interval tick may fall in)
   EXPECT_EQ(rt.stats().total().overdue_driver_polls, 0u);
+}
+
+// Where each driver was attached (its worker's thread) and where it was shut down, kept
+// outside the runtime, which destroys the drivers.
+struct ShutdownSeen {
+  std::atomic<std::thread::id> attached{};
+  std::atomic<std::thread::id> shut_down{};
+  std::atomic<int> shutdowns{0};
+};
+
+class ShutdownRecorder final : public Driver {
+ public:
+  explicit ShutdownRecorder(ShutdownSeen& seen) : seen_(seen) {}
+  uint32_t park(uint32_t max, std::optional<std::chrono::milliseconds> timeout) override {
+    return sleep_.park(max, timeout);
+  }
+  uint32_t poll(uint32_t /*max*/) override { return 0; }
+  void unpark() override { sleep_.unpark(); }
+  void attach() override { seen_.attached.store(std::this_thread::get_id()); }
+  void shutdown() override {
+    seen_.shut_down.store(std::this_thread::get_id());
+    seen_.shutdowns.fetch_add(1);
+  }
+
+ private:
+  ShutdownSeen& seen_;
+  SleepDriver sleep_;
+};
+
+// An io_uring ring takes submissions only from the thread that drives it (DEFER_TASKRUN):
+// the runtime shuts each worker's driver down on that worker's thread, once.
+TEST(PerWorkerDrivers, EachDriverIsShutDownOnceByItsOwnWorkersThread) {
+  std::array<ShutdownSeen, 3> seen;
+  {
+    Runtime rt(workers(3), [&seen](std::size_t i) { return std::make_unique<ShutdownRecorder>(seen[i]); });
+    std::vector<JoinHandle<void>> hs;
+    for (int i = 0; i < 30; ++i) {
+      hs.push_back(rt.spawn([]() -> Task<void> { co_await sleep_for(1ms); }));
+    }
+    for (auto& h : hs) h.wait();
+    // One task still sleeps as the runtime goes: dropped by the shutdown.
+    rt.spawn([]() -> Task<void> { co_await sleep_for(1h); }).detach();
+  }
+  for (std::size_t i = 0; i < seen.size(); ++i) {
+    EXPECT_EQ(seen[i].shutdowns.load(), 1) << "driver " << i;
+    EXPECT_NE(seen[i].attached.load(), std::thread::id{}) << "driver " << i;
+    EXPECT_EQ(seen[i].shut_down.load(), seen[i].attached.load()) << "driver " << i << " was shut down off its thread";
+  }
 }
 
 }  // namespace
