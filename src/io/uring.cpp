@@ -84,6 +84,14 @@ namespace {
 
 std::error_code errno_code(int e) { return {e, std::system_category()}; }
 
+// Whether io_uring_register may be called (a harmless one: the opcode probe).
+bool can_register(io_uring& ring) {
+  io_uring_probe* probe = io_uring_get_probe_ring(&ring);
+  if (probe == nullptr) return false;
+  io_uring_free_probe(probe);
+  return true;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<UringDriver>> UringDriver::create(unsigned entries) {
@@ -106,10 +114,17 @@ Result<std::unique_ptr<UringDriver>> UringDriver::create(unsigned entries) {
     p.cq_entries = kCqEntries;
     p.flags = IORING_SETUP_CQSIZE | mode;
     rc = io_uring_queue_init_params(entries, &d->ring_, &p);
-    if (rc != -EINVAL) {
-      d->single_issuer_ = (mode & IORING_SETUP_SINGLE_ISSUER) != 0;
-      break;
+    if (rc == -EINVAL) continue;
+    d->single_issuer_ = (mode & IORING_SETUP_SINGLE_ISSUER) != 0;
+    if (rc == 0 && d->single_issuer_ && !can_register(d->ring_)) {
+      // A syscall filter that allows io_uring_setup and io_uring_enter but not
+      // io_uring_register: the worker could not enable this ring. The next mode needs no
+      // register call (receives then wait with polls: no provided buffers either).
+      io_uring_queue_exit(&d->ring_);
+      d->ring_ = io_uring{};
+      continue;
     }
+    break;
   }
   if (rc < 0) return errno_code(-rc);
   d->ring_ready_ = true;

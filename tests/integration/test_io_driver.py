@@ -68,6 +68,19 @@ class IoDriverTest(unittest.TestCase):
         self.served_on(sg, "io_uring")
         sg.stop()
 
+    def test_io_uring_serves_where_only_io_uring_register_is_refused(self):
+        # A worker enables its ring with io_uring_register (DEFER_TASKRUN, src/io/uring.cpp):
+        # where a filter admits io_uring_setup and io_uring_enter only, the rings are made
+        # without that (and without provided buffers) instead of the workers failing.
+        if not kernel_allows_io_uring():
+            self.skipTest("not in this build: the kernel refuses io_uring here")
+        sg = Stealgate(with_driver("io_uring"), env={"STEALGATE_IO_DRIVER": None, "NO_IO_URING_SYSCALL": "register"},
+                       wrapper=[NO_IO_URING])
+        sg.wait_log(r"io driver: io_uring \(runtime.io_driver: io_uring\)")
+        self.served_on(sg, "io_uring")
+        self.assertEqual(sg.metric_sum("stealgate_executor_io_uring_receive_buffers"), 0)
+        sg.stop()
+
     def ring_ops(self, sg):
         return sg.metric_sum("stealgate_executor_io_uring_ops_in_flight")
 
