@@ -13,7 +13,8 @@
 // eventfd, on which a read is always pending.
 //
 // One thread per ring: a ring is made disabled, with SINGLE_ISSUER and DEFER_TASKRUN
-// (kernels before 6.1: COOP_TASKRUN), and its worker enables it (attach), which makes that
+// (COOP_TASKRUN on kernels before 6.1, and where a syscall filter refuses io_uring_register,
+// which enabling needs), and its worker enables it (attach), which makes that
 // thread the only one the kernel lets submit to it or wait on it. Completions are then
 // posted only when the worker collects them (poll, park, flush), not at whatever syscall
 // it makes next. Other threads queue to the ring instead (cancels, buffer returns,
