@@ -254,7 +254,9 @@ void UringDriver::recycle(int buffer) {
 
 void UringDriver::attach() {
   tl_ring = this;
-  if (!single_issuer_ || issuer_ != std::thread::id{}) return;
+  if (issuer_ != std::thread::id{}) return;
+  issuer_ = std::this_thread::get_id();
+  if (!single_issuer_) return;
   // The enabling thread becomes the ring's only issuer. Liburing 2.3 declares
   // io_uring_enable_rings but does not export it: the register call by hand.
   if (::syscall(__NR_io_uring_register, ring_.ring_fd, IORING_REGISTER_ENABLE_RINGS, nullptr, 0) < 0) {
@@ -263,7 +265,6 @@ void UringDriver::attach() {
     std::fprintf(stderr, "stealgate: io_uring: cannot enable a worker's ring: %s\n", std::strerror(errno));
     std::abort();
   }
-  issuer_ = std::this_thread::get_id();
 }
 void UringDriver::detach() { tl_ring = nullptr; }
 
@@ -634,20 +635,17 @@ void UringDriver::unpark() {
 void UringDriver::shutdown() {
   if (!ring_ready_ || shut_down_.load(std::memory_order_relaxed)) return;
   shut_down_.store(true, std::memory_order_release);
-  if (single_issuer_) {
-    // Only the issuer may submit or wait: the runtime shuts a worker's ring down on the
-    // worker's thread (exec::Scheduler::shutdown). A ring never enabled holds nothing.
-    if (issuer_ == std::thread::id{}) return;
-    if (issuer_ != std::this_thread::get_id()) {
-      std::fprintf(stderr, "stealgate: io_uring: a ring shut down off its thread: its operations are not cancelled\n");
-      return;
-    }
-    cancel_everything();
+  // On the ring's own thread, in either mode: under SINGLE_ISSUER no other thread may
+  // submit or wait, and the runtime shuts a worker's ring down on the worker's thread
+  // (exec::Scheduler::shutdown), which then exits (a thread that submitted to a ring has
+  // its blocking syscalls interrupted by the ring's teardown). A ring never attached has
+  // submitted nothing.
+  if (issuer_ == std::thread::id{}) return;
+  if (issuer_ != std::this_thread::get_id()) {
+    std::fprintf(stderr, "stealgate: io_uring: a ring shut down off its thread: its operations are not cancelled\n");
     return;
   }
-  // Not on the caller's thread: a thread that submits to a ring is registered with it,
-  // and the ring's teardown later interrupts that thread's blocking syscalls (EINTR).
-  std::thread([this] { cancel_everything(); }).join();
+  cancel_everything();
 }
 
 void UringDriver::cancel_everything() {

@@ -357,8 +357,8 @@ class UringDriver final : public exec::Driver {
 
   io_uring ring_{};
   bool ring_ready_ = false;
-  // DEFER_TASKRUN (create): the ring takes submissions only from issuer_, the thread that
-  // attached first (none yet: default id).
+  // The thread that attached first (none yet: default id), the only one that submits to
+  // the ring; with SINGLE_ISSUER (DEFER_TASKRUN, see create) the only one the kernel lets.
   bool single_issuer_ = false;
   std::thread::id issuer_{};
   int wake_fd_ = -1;
