@@ -70,6 +70,7 @@ struct ListenerTls {
   std::vector<std::string> alpn{"http/1.1"};
   bool session_tickets = true;
   Duration ticket_key_rotation{3'600'000};  // a new ticket key this often; two old ones still accepted
+  std::size_t tickets_per_handshake = 1;    // TLS 1.3 tickets sent after a full handshake
   std::size_t session_cache_size = 20'000;  // server-side session cache (0 = off)
   Duration session_timeout{300'000};        // how long a session may be resumed
   Duration handshake_timeout{10'000};

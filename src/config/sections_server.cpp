@@ -159,6 +159,11 @@ const Table<ListenerTls>& listener_tls_table() {
                "restarts)"),
        F::duration("ticket_key_rotation", &T::ticket_key_rotation, "how often a new ticket key is made",
                    Duration{1000}),
+       F::number("tickets_per_handshake", &T::tickets_per_handshake, 0, 8,
+                 "TLS 1.3 tickets sent after a full handshake (after a resumption: one, unless `0`). A client "
+                 "spends one per connection and gets a new one each time, so one is enough unless clients open "
+                 "several connections at once and want each of them resumed; each ticket costs ~3% of a full "
+                 "handshake. `0`: no TLS 1.3 resumption"),
        F::number("session_cache_size", &T::session_cache_size, 0, 10'000'000,
                  "server-side session cache for clients without tickets (`0` = off; not kept across reloads)"),
        F::duration("session_timeout", &T::session_timeout, "how long a session may be resumed", Duration{1000}),

@@ -6,11 +6,17 @@
 # not run io_uring), nginx as one process (master_process off). 50 warm-up connections,
 # counters zeroed, then N (default 300) one after another from Python's ssl module, every
 # thread counted. Kernel time is not in these counts: compare syscalls with perf stat.
+# RESUMED=1: each connection resumes the session of the one before (a TLS 1.3 ticket), as
+# returning clients do, instead of a full handshake.
 #   apt-get install -y valgrind nginx-light     # once
 #   tests/bench/tls_icount.sh build-release/src/stealgate
+#   RESUMED=1 tests/bench/tls_icount.sh build-release/src/stealgate
 set -euo pipefail
 BIN=${1:?usage: tls_icount.sh STEALGATE_BINARY}
 N=${N:-300}
+RESUMED=${RESUMED:-0}
+kind="full handshakes"
+[ "$RESUMED" = 1 ] && kind="resumed sessions"
 for tool in valgrind callgrind_control callgrind_annotate nginx openssl python3; do
   command -v "$tool" >/dev/null || { echo "tls_icount: $tool is missing (apt-get install -y valgrind nginx-light)"; exit 2; }
 done
@@ -44,15 +50,16 @@ logging: { access_log: { enabled: false }, level: warning }
 EOF
 nginx -c "$work/backend.conf" -p "$work" &
 
-connections() {  # port count: full handshakes one after another, each reading to the close
-  python3 - "$1" "$2" <<'PY'
+connections() {  # port count: connections one after another, each reading to the close
+  python3 - "$1" "$2" "$RESUMED" <<'PY'
 import socket, ssl, sys
-port, n = int(sys.argv[1]), int(sys.argv[2])
+port, n, resume = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1"
 ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
 ctx.check_hostname = False
 ctx.verify_mode = ssl.CERT_NONE
+session, resumed = None, 0
 for _ in range(n):
-    with ctx.wrap_socket(socket.create_connection(("127.0.0.1", port))) as s:
+    with ctx.wrap_socket(socket.create_connection(("127.0.0.1", port)), session=session) as s:
         s.sendall(b"GET / HTTP/1.0\r\n\r\n")
         body = b""
         while True:
@@ -65,6 +72,11 @@ for _ in range(n):
             body += d
         if not body.endswith(b"hello\n"):
             sys.exit(f"port {port}: unexpected response {body[:80]!r}")
+        resumed += s.session_reused
+        if resume:
+            session = s.session  # its ticket came with the response
+if resume and resumed < n - 1:
+    sys.exit(f"port {port}: only {resumed} of {n} connections resumed")
 PY
 }
 
@@ -72,7 +84,7 @@ count() {  # name port command...: instructions per connection under callgrind
   local name=$1 port=$2 total
   shift 2
   total=$(callgrind_total "$work/cg-$name.out" "$port" 50 "$N" connections "$port" -- "$@")
-  echo "$name: $((total / N)) instructions per connection (callgrind, $N full handshakes)"
+  echo "$name: $((total / N)) instructions per connection (callgrind, $N $kind)"
 }
 STEALGATE_IO_DRIVER=epoll count stealgate 18472 "$BIN" -c "$work/sg.yaml"
 count nginx 18471 nginx -c "$work/nginx.conf" -p "$work"

@@ -137,6 +137,28 @@ class TlsTest(unittest.TestCase):
         sg.wait_for(lambda: sg.metric("stealgate_tls_handshakes_total", listener="public", version="TLSv1.3",
                                       resumed="true") >= 1, 5 * TIMEOUT_SCALE, "the resumed handshake was not counted")
 
+    def tickets(self, sg, session_file, resume):
+        """TLS 1.3 tickets the server sent on one connection (openssl s_client prints each)."""
+        arg = "-sess_in" if resume else "-sess_out"
+        out = subprocess.run(["openssl", "s_client", "-connect", f"127.0.0.1:{sg.port}", "-servername", "a.test",
+                              "-CAfile", self.c.ca, "-ign_eof", arg, session_file],
+                             input=b"GET /t HTTP/1.0\r\nHost: a.test\r\n\r\n", capture_output=True, timeout=30)
+        text = out.stdout.decode(errors="replace")
+        self.assertIn("HTTP/1.1 200", text, out.stderr.decode(errors="replace"))
+        self.assertEqual("Reused," in text, resume, "resumption was not as expected")
+        return text.count("New Session Ticket arrived")
+
+    def test_tickets_per_full_handshake_is_configurable_and_a_resumption_gets_one(self):
+        session_file = os.path.join(self.c.dir, "session.pem")
+        for extra, after_full in (("", 1), ("tickets_per_handshake: 3", 3)):
+            with self.subTest(extra=extra):
+                sg = self.start(extra)
+                self.assertEqual(self.tickets(sg, session_file, resume=False), after_full)
+                self.assertEqual(self.tickets(sg, session_file, resume=True), 1)
+                sg.stop()
+        sg = self.start("tickets_per_handshake: 0")
+        self.assertEqual(self.tickets(sg, session_file, resume=False), 0)
+
     def test_min_version_refuses_older_clients(self):
         sg = self.start("min_version: \"1.3\"")
         old = tls_client_context(self.c.ca)
