@@ -176,6 +176,11 @@ def handle(conn, req, conn_id):
             s.sendall(part)
             sent += len(part)
         return True
+    if path == "/one-write":
+        # Head and body in one write, so that they reach the proxy together.
+        body = b"w" * int(params.get("n", "12000"))
+        s.sendall(f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+        return True
     if path == "/big-header":
         n = int(params.get("n", "30000"))
         s.sendall(b"HTTP/1.1 200 OK\r\nX-Big: " + b"h" * n + b"\r\nContent-Length: 2\r\n\r\nok")
