@@ -530,8 +530,8 @@ exec::Task<Verdict> Exchange::relay_response() {
     co_return then(Next::kDone);
   }
   response_.start(resp, req_.keep_alive && request_body_consumed_ && !down_.draining && !gw_.draining());
-  // Likewise a response body that came with its head (relay_response's first write holds
-  // both). post16k and 64k measured 10-18% less proxy CPU per request: half as many sends.
+  // Likewise a response body that came with its head: the loop's first write holds both.
+  // post16k and 64k measured 10-18% less proxy CPU per request: half as many sends.
   up_reader_->top_up(resp.body);
   for (http::BodyRead br = up_reader_->buffered_body();;) {
     if (br.status != http::ReadStatus::kOk) {

@@ -395,7 +395,7 @@ class UpstreamFaultTest(unittest.TestCase):
         # of them (a provided buffer), and it reads the rest before it writes, instead of
         # writing the head and 4 KiB, then the rest (a 64 KiB GET cost 10-16% more CPU).
         # Counted by the client's kernel: TCP segments with data that reached it for the
-        # second response (the first connection's segments include a TLS handshake).
+        # second response (on a TLS listener the first one's count includes the handshake).
         c = Client(self.sg.port)
 
         def segments_for_one_response():
