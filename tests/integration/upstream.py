@@ -177,9 +177,7 @@ def handle(conn, req, conn_id):
             sent += len(part)
         return True
     if path == "/one-write":
-        # Head and body in one write, so that they reach the proxy together.
-        body = b"w" * int(params.get("n", "12000"))
-        s.sendall(f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+        respond(s, 200, b"w" * int(params.get("n", "12000")))  # head and body in one write
         return True
     if path == "/big-header":
         n = int(params.get("n", "30000"))
