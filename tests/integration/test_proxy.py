@@ -494,8 +494,9 @@ class IdleConnectionMemoryTest(unittest.TestCase):
             core dumps (VmFlags "dd"; the kernel's [vvar] pages are the only other mappings
             with that flag, and they are named), whose pages appear as a ring hands each
             buffer out the first time (in turn, not by need) and then stay: they are sized per
-            ring, not per connection. (Told apart by their 1 MiB size before, a run of merged
-            task slabs of that size went uncounted too: a spike then seemed to add 180 KiB.)"""
+            ring, not per connection. (Told apart by size before, 1 MiB, which went stale when
+            a ring's buffers grew to 4 MiB: what it left out then was a run of merged task
+            slabs of that size, and a spike seemed to add 180 KiB.)"""
             total, buffers, rss, anonymous = 0, 0, 0, False
             with open(f"/proc/{sg.proc.pid}/smaps") as f:
                 for line in f:
