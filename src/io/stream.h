@@ -74,7 +74,7 @@ class Stream {
 
   // After a readable wait on this stream completed (the idle wait above, or a watch):
   // false when there is nothing to read after all (TcpStream::woke_with_input: a receive
-  // started while the ring had no free buffer).
+  // that found the ring without a free buffer, on a socket with nothing to read).
   bool woke_with_input() { return (tls_ != nullptr && tls_->has_buffered()) || tcp_.woke_with_input(); }
   using PeerState = TcpStream::PeerState;
   PeerState peek() { return tls_ ? tls_->peek(tcp_) : tcp_.peek(); }

@@ -318,6 +318,7 @@ UringOp* UringDriver::start_receive(int fd, exec::Waker w, std::size_t tag) {
   op->receive = true;
   io_uring_sqe* e = sqe();
   io_uring_prep_recv(e, fd, nullptr, kReceiveBufferSize, 0);
+  e->ioprio |= IORING_RECVSEND_POLL_FIRST;  // arm the poll first: no bytes are there yet (uring.h)
   e->flags |= IOSQE_BUFFER_SELECT;
   e->buf_group = kBufferGroup;
   io_uring_sqe_set_data(e, op);

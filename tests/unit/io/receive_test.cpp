@@ -3,8 +3,9 @@
 // that times out or a wait that another socket won loses no byte; a receive bigger than
 // the reader's buffer is taken in pieces, in order; an idle reader holds no buffer; more
 // ready sockets than buffers still read everything, and a ring's buffers grow to meet
-// them; a wait started while every buffer is held is no input; closing a socket whose
-// received bytes nobody took gives the buffer back.
+// them; a wait during a shortage of buffers wakes only for input; bytes already there
+// when a receive starts are taken at once; closing a socket whose received bytes nobody
+// took gives the buffer back.
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -289,12 +290,13 @@ TEST_P(Receive, AFewShortagesDoNotGrowTheRing) {
   for (auto& p : pairs) ::close(p.peer);
 }
 
-// io_uring picks a receive's buffer before it looks for bytes: a receive started while
-// every buffer of the ring is held completes at once, -ENOBUFS, on a silent socket. The
-// wait reports readable, and woke_with_input() tells that it was not (and drops that
-// receive, so the next wait starts a fresh one). An idle keep-alive connection uses it to
-// wait again instead of starting a burst. On epoll the wait does not complete at all.
-TEST_P(Receive, AWaitStartedWhileEveryBufferIsHeldIsNotInput) {
+// A receive is submitted poll-first (io/uring.h): it picks a buffer only once bytes are
+// there. While every buffer of the ring is held, a silent socket's wait stays a wait, as
+// on epoll (before poll-first, io_uring picked the buffer first and the receive completed
+// at once, -ENOBUFS: an idle keep-alive connection woke for nothing). Bytes that arrive
+// during the shortage complete it without a buffer; the wait reports input and the read
+// takes them from the socket with a plain recv.
+TEST_P(Receive, AWaitDuringABufferShortageWakesOnlyForInput) {
   SG_DRIVER_RUNTIME(rt, workers(1));
   std::vector<ReceivePair> pairs;
   for (std::size_t i = 0; i < UringDriver::kInitialReceiveBuffers; ++i) pairs.push_back(make_receive_pair(rt));
@@ -315,7 +317,14 @@ TEST_P(Receive, AWaitStartedWhileEveryBufferIsHeldIsNotInput) {
       co_return silent.stream->woke_with_input() ? "input" : "no input";
     });
   };
-  EXPECT_EQ(wait_once(300ms).wait(), uses_io_uring(rt) ? "no input" : "timed out");
+  EXPECT_EQ(wait_once(300ms).wait(), "timed out");
+
+  ASSERT_EQ(::send(silent.peer, "abc", 3, 0), 3);  // every buffer still held
+  EXPECT_EQ(wait_once(5s).wait(), "input");
+  EXPECT_EQ(rt.block_on(read_exactly(*silent.stream, 3, 16)), "abc");
+  if (uses_io_uring(rt)) {
+    EXPECT_EQ(ring_totals(rt).buffers_in_use, pairs.size()) << "read without a buffer of the ring";
+  }
 
   go = true;  // the held readers read: their buffers go back to the ring
   for (auto& h : hs) h.wait();
@@ -324,6 +333,25 @@ TEST_P(Receive, AWaitStartedWhileEveryBufferIsHeldIsNotInput) {
   EXPECT_EQ(rt.block_on(read_exactly(*silent.stream, 3, 16)), "xyz");
   for (auto& p : pairs) ::close(p.peer);
   ::close(silent.peer);
+}
+
+// Poll-first does not wait for more bytes when some are there when the receive starts:
+// the poll finds the socket ready at once. Bytes, then a close, sent before any wait.
+TEST_P(Receive, BytesAlreadyThereWhenAReceiveStartsAreTakenAtOnce) {
+  SG_DRIVER_RUNTIME(rt, workers(1));
+  ReceivePair p = make_receive_pair(rt);
+  ASSERT_EQ(::send(p.peer, "early", 5, 0), 5);
+  ::shutdown(p.peer, SHUT_WR);
+  auto h = rt.spawn([&]() -> exec::Task<std::string> {
+    EitherReadable w = co_await p.stream->wait_readable(nullptr, Deadline::after(5s));
+    if (w.ec) co_return "wait: " + w.ec.message();
+    std::string got = co_await read_exactly(*p.stream, 5, 64);
+    char buf[8];
+    IoResult eof = co_await p.stream->read_some(buf, Deadline::after(5s));
+    co_return got + (eof.ec ? " error " + eof.ec.message() : eof.n == 0 ? " eof" : " more");
+  });
+  EXPECT_EQ(h.wait(), "early eof");
+  ::close(p.peer);
 }
 
 TEST_P(Receive, ClosingASocketWithUntakenBytesGivesTheBufferBack) {
