@@ -75,19 +75,22 @@
 // a queue drained at its next poll or park from any other. A receive belongs to its socket,
 // not to one wait: a wait that stops waiting (deadline, the other socket of an either-wait)
 // only disarms it, and the next read on the socket takes what it received, so no byte is
-// lost or reordered. Closing the socket cancels it. A receive is submitted poll-first
-// (IORING_RECVSEND_POLL_FIRST, Linux 5.19, as buffer rings): a receive starts after a read
-// found nothing, or where nothing can be there yet (the response to a request just sent,
-// a keep-alive client's next request after our response), so the recv the kernel would
-// try before arming its poll fails (both receives of a proxied keep-alive GET did: 3.0-3.8%
-// of the proxy's CPU samples, 0.5-0.6% poll-first; bytes already there are taken at once
-// all the same, the poll finding the socket ready). It also
-// picks the buffer only once bytes are there: a silent socket's wait during a shortage of
-// buffers stays a wait. Single-shot, not multishot, on purpose:
-// a multishot receive keeps filling the ring's shared buffers for a connection whose task
-// is not reading (a body relayed to a slow upstream), which both drops TCP backpressure
-// and starves the other sockets of the worker; one receive per wait costs one SQE, and SQEs
-// are submitted in batches, so it costs no syscall.
+// lost or reordered. Closing the socket cancels it.
+//
+// A receive is submitted poll-first (IORING_RECVSEND_POLL_FIRST, Linux 5.19 like buffer
+// rings). It starts after a read found nothing, or where nothing can be there yet (the
+// response to a request just sent, a keep-alive client's next request after our
+// response), so the recv that io_uring would otherwise try before arming its poll fails:
+// both receives of a proxied keep-alive GET did, 3.0-3.8% of the proxy's CPU samples
+// (0.5-0.6% poll-first). Bytes already there are taken at once all the same (the poll
+// finds the socket ready). And the buffer is picked only once bytes are there, so a
+// silent socket's wait during a shortage of buffers stays a wait.
+//
+// Single-shot, not multishot, on purpose: a multishot receive keeps filling the ring's
+// shared buffers for a connection whose task is not reading (a body relayed to a slow
+// upstream), which both drops TCP backpressure and starves the other sockets of the
+// worker; one receive per wait costs one SQE, and SQEs are submitted in batches, so it
+// costs no syscall.
 //
 // Accepts: a listener's accepts on io_uring are one multishot accept (IORING_OP_ACCEPT with
 // IORING_ACCEPT_MULTISHOT), started by its first wait and kept, like a stream's receive, by

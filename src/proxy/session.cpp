@@ -319,9 +319,9 @@ class Connection {
   }
   exec::BurstWake woken(const exec::WaitResult& r) {
     if (!wait_.finish(r)) return exec::BurstWake::kEnd;  // the idle timeout, or an error
-    // A wake with nothing to read (a receive started during a buffer shortage) waits again:
-    // a burst would wait in read_head with its frames and a parser until the next request
-    // (100-250 of 10,000 idle connections did, after a burst of new ones).
+    // A wake with nothing to read (a receive that found no free buffer, and no bytes)
+    // waits again: a burst would wait in read_head with its frames and a parser until the
+    // next request (100-250 of 10,000 idle connections did, after a burst of new ones).
     return client_.woke_with_input() ? exec::BurstWake::kBurst : exec::BurstWake::kWaitAgain;
   }
 
