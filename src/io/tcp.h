@@ -66,13 +66,11 @@ class TcpStream {
   // The peer has closed or reset (bytes waiting to be read do not count: a pipelining
   // client is still there).
   bool peer_closed() { return peek() == PeerState::kClosed; }
-  // After a readable wait completed: false when it only did because its receive found
-  // every provided buffer of the ring in use and the socket has nothing after all. A
-  // receive waits for readiness before it picks a buffer (io/uring.h), so that takes a
-  // poll wake-up without bytes; without the poll-first flag (io_uring picks the buffer
-  // first) it was every receive started during a shortage. That receive is then dropped
-  // (the next wait starts a fresh one); a MSG_PEEK recv tells the two cases apart, and
-  // only after such a completion.
+  // After a readable wait completed: false when its receive found every provided buffer
+  // of the ring in use (-ENOBUFS) and the socket has nothing after all (a poll wake-up
+  // without bytes: receives are poll-first, io/uring.h). That receive is then dropped (the
+  // next wait starts a fresh one); a MSG_PEEK recv tells the two cases apart, and only
+  // after such a completion.
   bool woke_with_input();
   // A read would block: the peer has sent nothing and has not closed or reset.
   bool silent() { return peek() == PeerState::kSilent; }
