@@ -210,12 +210,14 @@ std::optional<IoResult> TcpStream::try_read(std::span<char> buf) {
   return recv_now(sock_.native_handle(), buf);
 }
 
-exec::Task<std::error_code> TcpStream::write_all(std::span<const std::string_view> bufs, Deadline dl) {
+exec::Task<std::error_code> TcpStream::write_all(std::span<const std::string_view> bufs, Deadline dl,
+                                                 WriteMode mode) {
   if (sock_.send_pending()) {
     if (std::error_code ec = co_await flush(dl)) co_return ec;  // one send at a time: in order
   }
   const int fd = sock_.native_handle();
-  UringDriver* ring = sock_.reactor_handle() == nullptr && fd >= 0 ? current_ring() : nullptr;
+  UringDriver* ring =
+      mode == WriteMode::kMayQueue && sock_.reactor_handle() == nullptr && fd >= 0 ? current_ring() : nullptr;
   if (const std::size_t n = total_bytes(bufs); ring != nullptr && n < kDirectSend) {
     if (n > 0) ring->start_background_send(fd, bufs, dl.at, sock_.send_slot());  // (io/uring.h)
     co_return std::error_code{};

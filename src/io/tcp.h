@@ -32,6 +32,10 @@ struct IoResult {
   std::size_t n = 0;
 };
 
+// kMayQueue: on io_uring a small write may be a background send (see TcpStream::flush).
+// kNow: the bytes go into the socket before the write returns (a splice follows them).
+enum class WriteMode : uint8_t { kMayQueue, kNow };
+
 class TcpStream {
  public:
   TcpStream() = default;
@@ -50,7 +54,8 @@ class TcpStream {
   // One non-blocking read: nullopt when nothing is there yet (no wait, no budget spent).
   std::optional<IoResult> try_read(std::span<char> buf);
   // Writes every byte of every buffer (gathered with writev), or fails.
-  exec::Task<std::error_code> write_all(std::span<const std::string_view> bufs, Deadline dl = {});
+  exec::Task<std::error_code> write_all(std::span<const std::string_view> bufs, Deadline dl = {},
+                                        WriteMode mode = WriteMode::kMayQueue);
   exec::Task<std::error_code> write_all(std::string_view data, Deadline dl = {});
   // co_await wait_readable(other, dl) -> EitherReadable: waits until this stream (0) or,
   // when given, `other` (1) is readable (data, EOF or an error). An awaiter, not a

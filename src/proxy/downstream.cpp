@@ -153,6 +153,23 @@ exec::Task<std::error_code> Http1Response::send_body(std::span<const std::string
   co_return ec;
 }
 
+exec::Task<io::SpliceResult> Http1Response::relay_body(io::Stream& upstream, std::span<const std::string_view> pieces,
+                                                       uint64_t rest, io::Clock::duration upstream_timeout,
+                                                       FunctionRef<void()> upstream_done) {
+  const io::SpliceResult unavailable{io::SpliceResult::Failed::kUnavailable, {}, false, 0};
+  if (chunked_ || client_.is_tls() || upstream.is_tls() || pieces.size() > kFewPieces) co_return unavailable;
+  std::array<std::string_view, kFewPieces + 1> prefix;
+  std::size_t n = 0;
+  if (!head_sent_) prefix[n++] = head_.str();
+  for (std::string_view p : pieces) {
+    if (!p.empty()) prefix[n++] = p;
+  }
+  io::SpliceResult r = co_await io::splice_exact(upstream.tcp(), client_.tcp(), std::span(prefix.data(), n), rest,
+                                                 {upstream_timeout, listener_.send_timeout}, upstream_done);
+  if (r.prefix_sent) head_sent_ = true;
+  co_return r;
+}
+
 exec::Task<void> Http1Response::abandon() {
   keep_ = false;
   if (!head_sent_ && !head_.str().empty()) (void)co_await client_.write_all(head_.str(), send_deadline());

@@ -14,7 +14,9 @@
 #include "config/schema.h"
 #include "exec/coro.h"
 #include "http/message.h"
+#include "common/function_ref.h"
 #include "http/stream.h"
+#include "io/splice.h"
 #include "io/stream.h"
 #include "io/string_pool.h"
 #include "proxy/exchange.h"
@@ -37,6 +39,14 @@ class DownstreamResponse {
   // Decoded body pieces; with `done`, the end of the body and the upstream's trailers.
   virtual exec::Task<std::error_code> send_body(std::span<const std::string_view> pieces, bool done,
                                                 const http::HeaderMap& trailers) = 0;
+  // The rest of a Content-Length body, `rest` bytes, moved from `upstream` to the client
+  // unchanged (io::splice_exact), after whatever is held back and `pieces` (body bytes
+  // already read). kUnavailable when this response cannot pass bytes through as they are
+  // (TLS on either side, re-framing, a pipe not to be had), and then nothing was written:
+  // the caller sends `pieces` and reads on as usual. `upstream_done` as in splice_exact.
+  virtual exec::Task<io::SpliceResult> relay_body(io::Stream& upstream, std::span<const std::string_view> pieces,
+                                                  uint64_t rest, io::Clock::duration upstream_timeout,
+                                                  FunctionRef<void()> upstream_done) = 0;
   // The response broke before its end: whatever is held back goes out (the status the
   // client sees), and the connection must then be closed, never reused.
   virtual exec::Task<void> abandon() = 0;
@@ -64,6 +74,9 @@ class Http1Response final : public DownstreamResponse {
   void start(const http::ResponseHead& resp, bool keep_alive) override;
   exec::Task<std::error_code> send_body(std::span<const std::string_view> pieces, bool done,
                                         const http::HeaderMap& trailers) override;
+  exec::Task<io::SpliceResult> relay_body(io::Stream& upstream, std::span<const std::string_view> pieces, uint64_t rest,
+                                          io::Clock::duration upstream_timeout,
+                                          FunctionRef<void()> upstream_done) override;
   exec::Task<void> abandon() override;
   bool head_sent() const override { return head_sent_; }
   bool reusable() const override { return keep_ && !until_close_; }

@@ -34,6 +34,12 @@ using namespace std::chrono_literals;
 // How long we wait for an upstream's 100 Continue before sending the body anyway (what
 // curl and others do when the next hop ignores Expect).
 constexpr auto kExpectContinueWait = 1s;
+// A Content-Length response body at least this big goes from the upstream to the client
+// by splice (io/splice.h) after the head and the body bytes that came with it: GET 64 KiB
+// through recv and sendmsg spent 12-15% of the proxy's CPU copying. A smaller body stays
+// on the copy path, where head and body leave in one sendmsg after one recv (top_up)
+// instead of a sendmsg and two splices.
+constexpr uint64_t kPassThroughMin = 32 * 1024;
 
 std::string rewritten_target(const http::RequestHead& req, const config::RouteSection& r) {
   if (req.path == "*") return "*";
@@ -139,6 +145,11 @@ class Exchange {
   Verdict judge_head_read();  // a response head that did not come, or a replayable 408
   Verdict judge_final();      // 5xx retries, outlier accounting
   exec::Task<Verdict> relay_response();
+  // The rest of a big body through the kernel; nullopt when it cannot be (nothing sent).
+  exec::Task<std::optional<Verdict>> relay_rest(std::span<const std::string_view> pieces);
+  exec::Task<Verdict> upstream_broke(bool timed_out);
+  Verdict client_write_failed();
+  Verdict release_upstream();  // to the pool after a clean exchange, else closed
 
   Gateway& gw_;
   const Snapshot& snap_;
@@ -530,34 +541,66 @@ exec::Task<Verdict> Exchange::relay_response() {
     co_return then(Next::kDone);
   }
   response_.start(resp, req_.keep_alive && request_body_consumed_ && !down_.draining && !gw_.draining());
-  // Likewise a response body that came with its head: the loop's first write holds both.
-  // post16k and 64k measured 10-18% less proxy CPU per request: half as many sends.
-  up_reader_->top_up(resp.body);
+  // A big Content-Length body passes through the kernel (relay_rest). Otherwise a body
+  // that came with its head is topped up: the loop's first write holds both (post16k and
+  // 64k measured 10-18% less proxy CPU per request: half as many sends).
+  bool pass_through = resp.body == http::BodyKind::kContentLength && resp.content_length >= kPassThroughMin;
+  if (!pass_through) up_reader_->top_up(resp.body);
   for (http::BodyRead br = up_reader_->buffered_body();;) {
     if (br.status != http::ReadStatus::kOk) {
-      // Mid-body failure: the client must not see a complete-looking response.
-      if (br.status == http::ReadStatus::kTimeout) {
-        gw_.stats().upstream_timeouts.fetch_add(1, std::memory_order_relaxed);
-        ctx_.note = "upstream body timeout";
-      } else {
-        ctx_.note = "upstream broke mid-body";
-      }
-      co_await response_.abandon();
-      up_.close();
-      co_return then(Next::kAbort);
+      co_return co_await upstream_broke(br.status == http::ReadStatus::kTimeout);
     }
     for (auto c : br.chunks) ctx_.bytes_out += c.size();
     if (br.done) down_.release_admission();  // the upstream is done: only the client write is left
+    if (pass_through && !br.done) {
+      pass_through = false;  // tried once: unavailable means the usual reads from here on
+      if (std::optional<Verdict> v = co_await relay_rest(br.chunks)) co_return *v;
+    }
     if (co_await response_.send_body(br.chunks, br.done, up_reader_->parser().trailers())) {
-      up_.close();
-      if (!response_.head_sent()) ctx_.status = 0;
-      ctx_.note = response_.head_sent() ? "client write failed mid-body" : "client write failed";
-      co_return then(Next::kAbort);
+      co_return client_write_failed();
     }
     if (br.done) break;
     br = co_await up_reader_->read_body(io::Deadline::after(rcfg_.timeout));
   }
+  co_return release_upstream();
+}
+
+exec::Task<std::optional<Verdict>> Exchange::relay_rest(std::span<const std::string_view> pieces) {
+  const http::ResponseHead& resp = up_reader_->parser().response();
+  const uint64_t rest = resp.content_length - up_reader_->parser().body_bytes_total();
+  using Failed = io::SpliceResult::Failed;
+  const io::SpliceResult r =
+      co_await response_.relay_body(up_, pieces, rest, rcfg_.timeout, [this] { down_.release_admission(); });
+  if (r.failed == Failed::kUnavailable) co_return std::nullopt;
+  ctx_.bytes_out += r.moved;
+  if (r.failed == Failed::kSource) co_return co_await upstream_broke(r.ec == std::errc::timed_out);
+  if (r.failed == Failed::kSink) co_return client_write_failed();
+  co_return release_upstream();  // (the reader's parser never saw the spliced bytes: it goes)
+}
+
+exec::Task<Verdict> Exchange::upstream_broke(bool timed_out) {
+  // Mid-body failure: the client must not see a complete-looking response.
+  if (timed_out) {
+    gw_.stats().upstream_timeouts.fetch_add(1, std::memory_order_relaxed);
+    ctx_.note = "upstream body timeout";
+  } else {
+    ctx_.note = "upstream broke mid-body";
+  }
+  co_await response_.abandon();
+  up_.close();
+  co_return then(Next::kAbort);
+}
+
+Verdict Exchange::client_write_failed() {
+  up_.close();
+  if (!response_.head_sent()) ctx_.status = 0;
+  ctx_.note = response_.head_sent() ? "client write failed mid-body" : "client write failed";
+  return then(Next::kAbort);
+}
+
+Verdict Exchange::release_upstream() {
   // Reuse the upstream connection only after a cleanly framed exchange.
+  const http::ResponseHead& resp = up_reader_->parser().response();
   if (resp.keep_alive && resp.body != http::BodyKind::kUntilClose && request_body_consumed_ &&
       !up_reader_->has_buffered()) {
     up_reader_.reset();
@@ -565,7 +608,7 @@ exec::Task<Verdict> Exchange::relay_response() {
   } else {
     up_.close();
   }
-  co_return then(Next::kDone);
+  return then(Next::kDone);
 }
 
 }  // namespace

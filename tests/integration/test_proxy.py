@@ -13,6 +13,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from upstream import pattern_bytes  # noqa: E402
 from harness import NOT_IN_THIS_BUILD, TIMEOUT_SCALE, TLS_MODE, Client, RefusingAddress, Stealgate, Upstream, config, main, request_once, sanitized_binary  # noqa: E402
 
 
@@ -367,12 +368,29 @@ class UpstreamFaultTest(unittest.TestCase):
         self.assertLess(time.time() - t0, 2 * TIMEOUT_SCALE, "the route's timeout is 500 ms")
 
     def test_reset_mid_body_closes_client_without_fake_completion(self):
-        c = Client(self.sg.port)
-        c.send(b"GET /reset-mid-body HTTP/1.1\r\nHost: h\r\n\r\n")
-        head = c._until(b"\r\n\r\n")
-        self.assertIn(b"Content-Length: 100", head)
-        got = c.read_to_close()
-        self.assertLess(len(got), 100, "the client must not receive a complete-looking body")
+        # 100 bytes are read and written by the proxy; 300,000 pass through the kernel
+        # (a splice from the upstream socket to the client's, over plain TCP).
+        for n in (100, 300000):
+            c = Client(self.sg.port)
+            c.send(f"GET /reset-mid-body?n={n} HTTP/1.1\r\nHost: h\r\n\r\n".encode())
+            head = c._until(b"\r\n\r\n")
+            self.assertIn(f"Content-Length: {n}".encode(), head)
+            got = c.read_to_close()
+            self.assertLess(len(got), n, "the client must not receive a complete-looking body")
+            self.assertEqual(got, pattern_bytes(n)[: len(got)])
+
+    def test_big_bodies_arrive_intact_and_the_upstream_connection_is_reused(self):
+        # Bodies of 32 KiB and more pass through the kernel on plain TCP: exactly their
+        # length (the next response on both connections stays in sync), in order.
+        c = Client(self.sg.port, timeout=10)
+        conns = []
+        for n in (300000, 40000, 32767, 2000000, 100):
+            r = c.request("GET", f"/pattern?n={n}")
+            self.assertEqual(r.status, 200)
+            self.assertEqual(len(r.body), n)
+            self.assertTrue(r.body == pattern_bytes(n), f"the {n}-byte body arrived changed")
+            conns.append(r.header("x-conn"))
+        self.assertEqual(len(set(conns)), 1, "the upstream connection was not reused after the bodies")
 
     def test_response_head_is_not_held_back_behind_a_slow_body(self):
         # Head and first body bytes share a write only when they arrive together. (The
@@ -411,12 +429,13 @@ class UpstreamFaultTest(unittest.TestCase):
         self.assertEqual(segments_for_one_response(), 1, "the response left the proxy in more than one write")
 
     def test_upstream_stall_mid_body_times_out_and_closes(self):
-        c = Client(self.sg.port)
-        c.send(b"GET /trickle?ms=3000 HTTP/1.1\r\nHost: h\r\n\r\n")
-        head = c._until(b"\r\n\r\n")
-        self.assertIn(b"200", head)
-        self.assertTrue(c.closed_by_peer(timeout=3))
-        self.assertLess(len(c.buf), 10)
+        for n in (10, 300000):  # read and written by the proxy; spliced
+            c = Client(self.sg.port)
+            c.send(f"GET /trickle?ms=3000&n={n} HTTP/1.1\r\nHost: h\r\n\r\n".encode())
+            head = c._until(b"\r\n\r\n")
+            self.assertIn(b"200", head)
+            self.assertTrue(c.closed_by_peer(timeout=3))
+            self.assertLess(len(c.buf), n)
 
     def test_client_gone_abandons_upstream_exchange(self):
         c = Client(self.sg.port)

@@ -8,6 +8,7 @@ JSON and DELETE /__log clears them.
 import argparse
 import json
 import os
+import random
 import socket
 import socketserver
 import ssl
@@ -118,6 +119,11 @@ def tls_peer(sock):
     return dict(x[0] for x in cert["subject"]).get("commonName") if cert else None
 
 
+def pattern_bytes(n):
+    """n bytes that differ at every offset from any shift of themselves (a check of order)."""
+    return random.Random(n).randbytes(n)
+
+
 def handle(conn, req, conn_id):
     s = conn.sock
     path, _, query = req["target"].partition("?")
@@ -157,7 +163,9 @@ def handle(conn, req, conn_id):
         s.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!")
         return False
     if path == "/reset-mid-body":
-        s.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n0123456789")
+        # Announces n bytes (100 by default), sends a tenth of them, then resets.
+        n = int(params.get("n", "100"))
+        s.sendall(f"HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n".encode() + pattern_bytes(n)[: n // 10])
         time.sleep(0.05)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         s.close()
@@ -224,9 +232,17 @@ def handle(conn, req, conn_id):
         respond(s, 417, b"no thanks\n")
         return False
     if path == "/trickle":
-        s.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n01234")
+        # n bytes (10 by default): all but the last 5, a pause, then those.
+        n = int(params.get("n", "10"))
+        body = pattern_bytes(n)
+        s.sendall(f"HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n".encode() + body[:-5])
         time.sleep(int(params.get("ms", "3000")) / 1000)
-        s.sendall(b"56789")
+        s.sendall(body[-5:])
+        return True
+    if path == "/pattern":
+        # n bytes that pattern_bytes(n) reproduces, and which connection served them.
+        n = int(params.get("n", "65536"))
+        s.sendall(f"HTTP/1.1 200 OK\r\nContent-Length: {n}\r\nX-Conn: {conn_id}\r\n\r\n".encode() + pattern_bytes(n))
         return True
     if path == "/stream-head":
         # A streaming response: the head alone, the body only after a pause.
