@@ -337,6 +337,11 @@ void upstream_families(Families& fs, const Snap& snap) {
                              "not used), by the worker's pool reaper while idle (reap), or after sending "
                              "(replay: the request was replayed on a new connection).",
                              MetricType::Counter);
+  auto& up_spliced = fs.family("stealgate_upstream_response_bytes_spliced_total",
+                               "Response body bytes passed from upstream to client by splice, without a copy "
+                               "through the proxy's memory (Content-Length bodies of 32 KiB or more, TLS on neither "
+                               "side).",
+                               MetricType::Counter);
   auto& up_head = fs.family("stealgate_upstream_response_head_seconds",
                             "Time from sending a request upstream to receiving its response head.",
                             MetricType::Histogram);
@@ -360,6 +365,7 @@ void upstream_families(Families& fs, const Snap& snap) {
       Families::add(up_budget, lb, static_cast<double>(s.retries_budget_exhausted.load()));
       Families::add(up_none, lb, static_cast<double>(s.no_healthy_endpoint.load()));
       Families::add(up_active, lb, static_cast<double>(s.active.load()));
+      Families::add(up_spliced, lb, static_cast<double>(s.response_bytes_spliced.load()));
       add_histogram(up_head, lb, s.response_head_time);
       double idle = 0, active = 0, stale_checked = 0, stale_reaped = 0;
       int64_t now = upstream::steady_now_ms();

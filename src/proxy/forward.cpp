@@ -573,6 +573,7 @@ exec::Task<std::optional<Verdict>> Exchange::relay_rest(std::span<const std::str
       co_await response_.relay_body(up_, pieces, rest, rcfg_.timeout, [this] { down_.release_admission(); });
   if (r.failed == Failed::kUnavailable) co_return std::nullopt;
   ctx_.bytes_out += r.moved;
+  cluster_.stats().response_bytes_spliced.fetch_add(r.moved, std::memory_order_relaxed);
   if (r.failed == Failed::kSource) co_return co_await upstream_broke(r.ec == std::errc::timed_out);
   if (r.failed == Failed::kSink) co_return client_write_failed();
   co_return release_upstream();  // (the reader's parser never saw the spliced bytes: it goes)

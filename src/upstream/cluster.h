@@ -32,6 +32,9 @@ struct ClusterStats {
   // Reused connections found closed by the upstream only after the request was sent (or
   // answered with its idle-timeout 408): the request was replayed on a new connection.
   std::atomic<uint64_t> stale_replays{0};
+  // Response body bytes moved to the client by splice (io/splice.h), never copied through
+  // the proxy's memory.
+  std::atomic<uint64_t> response_bytes_spliced{0};
   std::atomic<int64_t> active{0};
   // Request head sent -> response head received (the upstream's own latency, retries
   // measured per attempt).

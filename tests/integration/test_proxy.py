@@ -382,6 +382,8 @@ class UpstreamFaultTest(unittest.TestCase):
     def test_big_bodies_arrive_intact_and_the_upstream_connection_is_reused(self):
         # Bodies of 32 KiB and more pass through the kernel on plain TCP: exactly their
         # length (the next response on both connections stays in sync), in order.
+        spliced = lambda: self.sg.metric("stealgate_upstream_response_bytes_spliced_total", cluster="app")  # noqa: E731
+        before = spliced()
         c = Client(self.sg.port, timeout=10)
         conns = []
         for n in (300000, 40000, 32767, 2000000, 100):
@@ -391,6 +393,13 @@ class UpstreamFaultTest(unittest.TestCase):
             self.assertTrue(r.body == pattern_bytes(n), f"the {n}-byte body arrived changed")
             conns.append(r.header("x-conn"))
         self.assertEqual(len(set(conns)), 1, "the upstream connection was not reused after the bodies")
+        moved = spliced() - before
+        if TLS_MODE:
+            self.assertEqual(moved, 0, "a TLS client's body cannot pass through the kernel")
+        else:
+            # All but what came with each head (at most a read buffer) of the three big ones.
+            self.assertGreater(moved, 300000 + 40000 + 2000000 - 3 * 65536)
+            self.assertLessEqual(moved, 300000 + 40000 + 2000000)
 
     def test_response_head_is_not_held_back_behind_a_slow_body(self):
         # Head and first body bytes share a write only when they arrive together. (The
