@@ -337,7 +337,7 @@ void upstream_families(Families& fs, const Snap& snap) {
                              "not used), by the worker's pool reaper while idle (reap), or after sending "
                              "(replay: the request was replayed on a new connection).",
                              MetricType::Counter);
-  auto& up_spliced = fs.family("stealgate_upstream_response_bytes_spliced_total",
+  auto& up_spliced = fs.family("stealgate_upstream_spliced_response_bytes_total",
                                "Response body bytes passed from upstream to client by splice, without a copy "
                                "through the proxy's memory (Content-Length bodies of 32 KiB or more, TLS on neither "
                                "side).",

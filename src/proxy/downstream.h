@@ -11,10 +11,10 @@
 #include <string_view>
 #include <system_error>
 
+#include "common/function_ref.h"
 #include "config/schema.h"
 #include "exec/coro.h"
 #include "http/message.h"
-#include "common/function_ref.h"
 #include "http/stream.h"
 #include "io/splice.h"
 #include "io/stream.h"

@@ -382,7 +382,7 @@ class UpstreamFaultTest(unittest.TestCase):
     def test_big_bodies_arrive_intact_and_the_upstream_connection_is_reused(self):
         # Bodies of 32 KiB and more pass through the kernel on plain TCP: exactly their
         # length (the next response on both connections stays in sync), in order.
-        spliced = lambda: self.sg.metric("stealgate_upstream_response_bytes_spliced_total", cluster="app")  # noqa: E731
+        spliced = lambda: self.sg.metric("stealgate_upstream_spliced_response_bytes_total", cluster="app")  # noqa: E731
         before = spliced()
         c = Client(self.sg.port, timeout=10)
         conns = []
