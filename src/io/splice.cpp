@@ -87,12 +87,11 @@ std::error_code sys_error(ssize_t neg_errno) {
   return {static_cast<int>(-neg_errno), std::system_category()};
 }
 
-}  // namespace
+// Whether `from` can be spliced from now: bytes an io_uring receive took are in a ring
+// buffer, ahead of what the socket holds (they would come out of order).
+bool can_splice_from(TcpStream& from) { return from.is_open() && from.socket().receive_op() == nullptr; }
 
-bool can_splice_from(TcpStream& from) {
-  // Bytes an io_uring receive took are in a ring buffer, ahead of what the socket holds.
-  return from.is_open() && from.socket().receive_op() == nullptr;
-}
+}  // namespace
 
 exec::Task<SpliceResult> splice_exact(TcpStream& from, TcpStream& to, std::span<const std::string_view> prefix,
                                       uint64_t n, SpliceTimeouts t, FunctionRef<void()> source_done) {

@@ -50,8 +50,4 @@ struct SpliceTimeouts {
 exec::Task<SpliceResult> splice_exact(TcpStream& from, TcpStream& to, std::span<const std::string_view> prefix,
                                       uint64_t n, SpliceTimeouts t, FunctionRef<void()> source_done);
 
-// Whether `from` can be spliced from now: no bytes of it held in user space by an
-// io_uring receive (they would come out of order).
-bool can_splice_from(TcpStream& from);
-
 }  // namespace sg::io

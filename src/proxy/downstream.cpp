@@ -157,7 +157,7 @@ exec::Task<io::SpliceResult> Http1Response::relay_body(io::Stream& upstream, std
                                                        uint64_t rest, io::Clock::duration upstream_timeout,
                                                        FunctionRef<void()> upstream_done) {
   const io::SpliceResult unavailable{io::SpliceResult::Failed::kUnavailable, {}, false, 0};
-  if (chunked_ || client_.is_tls() || upstream.is_tls() || pieces.size() > kFewPieces) co_return unavailable;
+  if (!can_relay_body(upstream) || pieces.size() > kFewPieces) co_return unavailable;
   std::array<std::string_view, kFewPieces + 1> prefix;
   std::size_t n = 0;
   if (!head_sent_) prefix[n++] = head_.str();

@@ -39,11 +39,14 @@ class DownstreamResponse {
   // Decoded body pieces; with `done`, the end of the body and the upstream's trailers.
   virtual exec::Task<std::error_code> send_body(std::span<const std::string_view> pieces, bool done,
                                                 const http::HeaderMap& trailers) = 0;
-  // The rest of a Content-Length body, `rest` bytes, moved from `upstream` to the client
-  // unchanged (io::splice_exact), after whatever is held back and `pieces` (body bytes
-  // already read). kUnavailable when this response cannot pass bytes through as they are
-  // (TLS on either side, re-framing, a pipe not to be had), and then nothing was written:
-  // the caller sends `pieces` and reads on as usual. `upstream_done` as in splice_exact.
+  // Whether the body of the response started can reach the client unchanged from
+  // `upstream`, by relay_body (no TLS on either side, no re-framing).
+  virtual bool can_relay_body(io::Stream& upstream) const = 0;
+  // Where can_relay_body: the rest of a Content-Length body, `rest` bytes, moved from
+  // `upstream` to the client unchanged (io::splice_exact), after whatever is held back and
+  // `pieces` (body bytes already read). kUnavailable (a pipe not to be had, bytes of the
+  // upstream held in a receive) means nothing was written: the caller sends `pieces` and
+  // reads on as usual. `upstream_done` as in splice_exact.
   virtual exec::Task<io::SpliceResult> relay_body(io::Stream& upstream, std::span<const std::string_view> pieces,
                                                   uint64_t rest, io::Clock::duration upstream_timeout,
                                                   FunctionRef<void()> upstream_done) = 0;
@@ -74,6 +77,9 @@ class Http1Response final : public DownstreamResponse {
   void start(const http::ResponseHead& resp, bool keep_alive) override;
   exec::Task<std::error_code> send_body(std::span<const std::string_view> pieces, bool done,
                                         const http::HeaderMap& trailers) override;
+  bool can_relay_body(io::Stream& upstream) const override {
+    return !chunked_ && !client_.is_tls() && !upstream.is_tls();
+  }
   exec::Task<io::SpliceResult> relay_body(io::Stream& upstream, std::span<const std::string_view> pieces, uint64_t rest,
                                           io::Clock::duration upstream_timeout,
                                           FunctionRef<void()> upstream_done) override;
