@@ -199,7 +199,7 @@ exec::Task<BodyRead> MessageReader::read_body(io::Deadline dl) {
     if (b.status != ReadStatus::kOk || !b.chunks.empty() || b.done) co_return b;
     // Everything buffered was consumed without body bytes: read more.
     reserve_empty(kBodyBuffer);
-    io::IoResult rr = co_await s_.read_some(std::span<char>(buf_, size_), dl);
+    io::IoResult rr = co_await s_.read_some(std::span<char>(buf_, size_), dl, io::ReadMode::kRestOfMessage);
     if (rr.ec) {
       co_return BodyRead{rr.ec == std::errc::timed_out ? ReadStatus::kTimeout : ReadStatus::kIoError, rr.ec, {}, false};
     }

@@ -146,6 +146,7 @@ exec::Task<SpliceResult> splice_exact(TcpStream& from, TcpStream& to, std::span<
         co_return fail(F::kSink, ec);
       }
     } else if (source_blocked && pipe.held == 0) {
+      push_window_update(from.native_handle());  // (io/tcp.h)
       if (std::error_code ec = co_await wait_ready(from.socket(), Interest::kRead, Deadline::after(t.source))) {
         co_return fail(F::kSource, ec);
       }

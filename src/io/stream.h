@@ -36,9 +36,9 @@ class Stream {
   bool is_open() const { return tcp_.is_open(); }
   TcpStream& tcp() { return tcp_; }
 
-  exec::Task<IoResult> read_some(std::span<char> buf, Deadline dl = {}) {
-    if (tls_) return tls_->read_some(tcp_, buf, dl);
-    return tcp_.read_some(buf, dl);
+  exec::Task<IoResult> read_some(std::span<char> buf, Deadline dl = {}, ReadMode mode = ReadMode::kDefault) {
+    if (tls_) return tls_->read_some(tcp_, buf, dl, mode);
+    return tcp_.read_some(buf, dl, mode);
   }
   std::optional<IoResult> try_read(std::span<char> buf) {
     if (tls_) return tls_->try_read(tcp_, buf);

@@ -46,6 +46,17 @@ std::optional<IoResult> recv_now(int fd, std::span<char> buf) {
   }
 }
 
+}  // namespace
+
+void push_window_update(int fd) {
+  const int one = 1;
+  // TCP_QUICKACK=1 sends an acknowledgement the kernel has scheduled but is delaying; a
+  // failure (not TCP, closed) only leaves the kernel's own timing.
+  (void)::setsockopt(fd, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof(one));
+}
+
+namespace {
+
 // One operation on a ring, racing `deadline`: `start(ring, waker, tag)` starts it. Yields
 // its result (bytes, or 0) or its error; errc::timed_out at the deadline, when it is
 // cancelled (and how much of it happened is unknown). Dropped while it waits (the task is
@@ -177,7 +188,7 @@ std::optional<IoResult> TcpStream::take_received(std::span<char> buf) {
   return IoResult{{}, n};
 }
 
-exec::Task<IoResult> TcpStream::read_some(std::span<char> buf, Deadline dl) {
+exec::Task<IoResult> TcpStream::read_some(std::span<char> buf, Deadline dl, ReadMode mode) {
   if (uses_receives(sock_)) {
     for (;;) {
       std::optional<IoResult> got = take_received(buf);
@@ -191,6 +202,7 @@ exec::Task<IoResult> TcpStream::read_some(std::span<char> buf, Deadline dl) {
         co_await SpendBudget{};
         co_return *got;
       }
+      if (mode == ReadMode::kRestOfMessage) push_window_update(sock_.native_handle());
       EitherReadable w = co_await wait_readable(nullptr, dl);
       if (w.ec) co_return IoResult{w.ec, 0};
     }
@@ -200,6 +212,7 @@ exec::Task<IoResult> TcpStream::read_some(std::span<char> buf, Deadline dl) {
       co_await SpendBudget{};
       co_return *got;
     }
+    if (mode == ReadMode::kRestOfMessage) push_window_update(sock_.native_handle());
     if (std::error_code ec = co_await wait_ready(sock_, Interest::kRead, dl)) co_return IoResult{ec, 0};
   }
 }

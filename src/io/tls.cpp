@@ -304,7 +304,7 @@ static std::optional<IoResult> read_plain(SSL* ssl, std::span<char> buf, std::st
   return IoResult{make_error_code(TlsErrc::kProtocol), 0};
 }
 
-exec::Task<IoResult> TlsLayer::read_some(TcpStream& sock, std::span<char> buf, Deadline dl) {
+exec::Task<IoResult> TlsLayer::read_some(TcpStream& sock, std::span<char> buf, Deadline dl, ReadMode mode) {
   for (;;) {
     std::optional<IoResult> got;
     {
@@ -314,7 +314,7 @@ exec::Task<IoResult> TlsLayer::read_some(TcpStream& sock, std::span<char> buf, D
     }
     if (got) co_return *got;
     std::span<char> cipher = scratch(buf);
-    IoResult r = co_await sock.read_some(cipher, dl);
+    IoResult r = co_await sock.read_some(cipher, dl, mode);
     if (r.ec || r.n == 0) co_return r;
     feed(cipher.first(r.n));
   }

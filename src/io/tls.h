@@ -95,7 +95,7 @@ class TlsLayer {
   exec::Task<std::error_code> handshake(TcpStream& sock, Deadline dl);
   // Plaintext, like TcpStream::read_some: n == 0 with no error is the peer's close_notify
   // or a TCP EOF.
-  exec::Task<IoResult> read_some(TcpStream& sock, std::span<char> buf, Deadline dl);
+  exec::Task<IoResult> read_some(TcpStream& sock, std::span<char> buf, Deadline dl, ReadMode mode);
   // Without waiting: nullopt when no whole record is there yet.
   std::optional<IoResult> try_read(TcpStream& sock, std::span<char> buf);
   exec::Task<std::error_code> write_all(TcpStream& sock, std::span<const std::string_view> bufs, Deadline dl);

@@ -4,6 +4,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -27,6 +28,21 @@ inline int connect_loopback(uint16_t port) {
   timeval tv{5, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   return fd;
+}
+
+// Whether `fd` is in the kernel's delayed-ACK ("pingpong") mode, where draining the socket
+// does not send the window update a stalled sender waits for: getsockopt(TCP_QUICKACK)
+// reads 0 then. setsockopt(TCP_QUICKACK, 0) enters the mode; io::push_window_update leaves it.
+inline bool delays_acks(int fd) {
+  int v = -1;
+  socklen_t len = sizeof(v);
+  if (::getsockopt(fd, IPPROTO_TCP, TCP_QUICKACK, &v, &len) != 0) return false;
+  return v == 0;
+}
+
+inline void delay_acks(int fd) {
+  const int zero = 0;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_QUICKACK, &zero, sizeof(zero));
 }
 
 }  // namespace sg::testing

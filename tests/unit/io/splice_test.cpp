@@ -1,9 +1,10 @@
 // Moving bytes between two TCP streams by splice (io/splice.h), on both drivers: exactly n
 // bytes follow the prefix and what comes after them stays in the source; a body far
 // bigger than the pipe and the socket buffers arrives whole; a source that closes early or
-// stays silent fails as the source, a sink that stops reading as the sink; a transfer
-// dropped with bytes in its pipe leaves none for the next transfer (its pipe is closed,
-// not pooled); bytes an io_uring receive already took make splicing unavailable.
+// stays silent fails as the source (a silent one after the window update was pushed), a
+// sink that stops reading as the sink; a transfer dropped with bytes in its pipe leaves
+// none for the next transfer (its pipe is closed, not pooled); bytes an io_uring receive
+// already took make splicing unavailable.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -20,6 +21,7 @@
 #include "io/tcp.h"
 #include "../../support/eventually.h"
 #include "../../support/io_drivers.h"
+#include "../../support/loopback.h"
 #include "../../support/stream_pair.h"
 #include "../../support/workers.h"
 
@@ -138,12 +140,16 @@ TEST_P(Splice, ASilentSourceTimesOutAsTheSource) {
   SG_DRIVER_RUNTIME(rt, workers(2));
   TcpPair src = tcp_pair(rt), dst = tcp_pair(rt);
   send_all(src.peer, "abc");
+  sg::testing::delay_acks(src.stream.native_handle());
+  ASSERT_TRUE(sg::testing::delays_acks(src.stream.native_handle()));
   auto h = rt.spawn(
       [&]() -> exec::Task<Outcome> { co_return co_await run_splice(src.stream, dst.stream, "", 100, {50ms, 5s}); });
   std::optional<Outcome> o = h.wait();
   ASSERT_TRUE(o);
   EXPECT_EQ(o->r.failed, Failed::kSource);
   EXPECT_EQ(o->r.ec, std::errc::timed_out);
+  // Before waiting for the rest, the window update went out (io::push_window_update).
+  EXPECT_FALSE(sg::testing::delays_acks(src.stream.native_handle()));
   EXPECT_EQ(read_peer(dst.peer, 3, 2s), "abc");  // what came before the silence went out
   ::close(src.peer);
   ::close(dst.peer);

@@ -118,6 +118,35 @@ TEST_P(Tcp, ReadDeadlineTimesOutAndSocketStaysUsable) {
   ::close(fd);
 }
 
+// A sender that filled our receive window waits for an update that draining the socket
+// does not always send (io::push_window_update): a read of the rest of a message sends it
+// before it waits; any other read leaves the kernel's delayed-ACK timing alone.
+TEST_P(Tcp, AReadOfTheRestOfAMessagePushesTheWindowUpdateBeforeItWaits) {
+  SG_DRIVER_RUNTIME(rt, workers(2));
+  auto listener = TcpListener::bind(rt.context(), tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0), {});
+  ASSERT_TRUE(listener.ok());
+  const uint16_t port = listener->local_endpoint().port();
+  auto server = rt.spawn([l = std::move(*listener)]() mutable -> exec::Task<std::string> {
+    auto conn = co_await l.accept();
+    if (!conn.ok()) co_return "accept failed";
+    const int fd = conn->native_handle();
+    char buf[16];
+    sg::testing::delay_acks(fd);
+    if (!sg::testing::delays_acks(fd)) co_return "the kernel has no delayed-ACK mode to leave";
+    IoResult r = co_await conn->read_some(buf, Deadline::after(20ms));
+    if (r.ec != std::errc::timed_out) co_return "expected a timeout, got " + r.ec.message();
+    if (!sg::testing::delays_acks(fd)) co_return "a default read pushed the window update";
+    r = co_await conn->read_some(buf, Deadline::after(20ms), ReadMode::kRestOfMessage);
+    if (r.ec != std::errc::timed_out) co_return "expected a timeout, got " + r.ec.message();
+    if (sg::testing::delays_acks(fd)) co_return "the rest-of-message read waited with the update held back";
+    co_return "ok";
+  });
+  const int fd = connect_loopback(port);
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(server.wait(), "ok");
+  ::close(fd);
+}
+
 TEST_P(Tcp, AcceptedStreamsAreNonBlockingWithNodelayAndAcceptReportsThePeer) {
   SG_DRIVER_RUNTIME(rt, workers(2));
   auto listener = TcpListener::bind(rt.context(), tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0), {});
