@@ -1,7 +1,7 @@
 // I/O on the executor, on both drivers (epoll and io_uring): an echo server proving that
 // socket completions resume tasks on worker threads (never inside the driver), deadlines,
-// connect errors, sleep, cancellation of a task blocked in a read, shutdown with pending
-// I/O.
+// the window update a body read pushes before it waits, connect errors, sleep,
+// cancellation of a task blocked in a read, shutdown with pending I/O.
 #include "io/tcp.h"
 
 #include <arpa/inet.h>
