@@ -50,9 +50,10 @@ enum class ReadMode : uint8_t { kDefault, kRestOfMessage };
 // ("pingpong") mode, where a read that empties the socket acknowledges at once only if
 // the window grew "significantly" (twice, and by at least one MSS; on loopback the MSS is
 // 65,483 bytes). So a window just short of a 64 KiB response stayed shut until the
-// delayed-ACK timer, about 40 ms. Measured (GET /64k through the proxy, wrk -c64, each process in its own session
-// as ../shared/bench/proxy runs them): 1-2% of responses lost their last 4,096 bytes
-// for ~45 ms in tcpdump, waiting for our ACK; p99 26.8 ms, with this 7.3-8.2 ms.
+// delayed-ACK timer, about 40 ms. Measured (GET /64k through the proxy, wrk -c64, each
+// process in its own session as ../shared/bench/proxy runs them): 1-2% of responses lost
+// their last 4,096 bytes for ~45 ms in tcpdump, waiting for our ACK; p99 26.8 ms, with
+// this 7.3-8.2 ms.
 void push_window_update(int fd);
 
 class TcpStream {

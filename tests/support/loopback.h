@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <optional>
 
 namespace sg::testing {
 
@@ -33,10 +34,11 @@ inline int connect_loopback(uint16_t port) {
 // Whether `fd` is in the kernel's delayed-ACK ("pingpong") mode, where draining the socket
 // does not send the window update a stalled sender waits for: getsockopt(TCP_QUICKACK)
 // reads 0 then. setsockopt(TCP_QUICKACK, 0) enters the mode; io::push_window_update leaves it.
-inline bool delays_acks(int fd) {
+// nullopt when the socket cannot say (closed, not TCP): no answer to pass a check with.
+inline std::optional<bool> delays_acks(int fd) {
   int v = -1;
   socklen_t len = sizeof(v);
-  if (::getsockopt(fd, IPPROTO_TCP, TCP_QUICKACK, &v, &len) != 0) return false;
+  if (::getsockopt(fd, IPPROTO_TCP, TCP_QUICKACK, &v, &len) != 0) return std::nullopt;
   return v == 0;
 }
 

@@ -132,13 +132,13 @@ TEST_P(Tcp, AReadOfTheRestOfAMessagePushesTheWindowUpdateBeforeItWaits) {
     const int fd = conn->native_handle();
     char buf[16];
     sg::testing::delay_acks(fd);
-    if (!sg::testing::delays_acks(fd)) co_return "the kernel has no delayed-ACK mode to leave";
+    if (sg::testing::delays_acks(fd) != true) co_return "the kernel has no delayed-ACK mode to leave";
     IoResult r = co_await conn->read_some(buf, Deadline::after(20ms));
     if (r.ec != std::errc::timed_out) co_return "expected a timeout, got " + r.ec.message();
-    if (!sg::testing::delays_acks(fd)) co_return "a default read pushed the window update";
+    if (sg::testing::delays_acks(fd) != true) co_return "a default read pushed the window update";
     r = co_await conn->read_some(buf, Deadline::after(20ms), ReadMode::kRestOfMessage);
     if (r.ec != std::errc::timed_out) co_return "expected a timeout, got " + r.ec.message();
-    if (sg::testing::delays_acks(fd)) co_return "the rest-of-message read waited with the update held back";
+    if (sg::testing::delays_acks(fd) != false) co_return "the rest-of-message read waited with the update held back";
     co_return "ok";
   });
   const int fd = connect_loopback(port);
