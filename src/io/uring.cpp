@@ -591,6 +591,9 @@ void UringDriver::flush() {
   // With GETEVENTS (waiting for none): under DEFER_TASKRUN the kernel runs a linked
   // operation (the close behind a connection's last send, chain_fin) as task work, and
   // only such an entry runs it, so the FIN leaves with this submit, not at the next poll.
+  // It is also the cheaper entry: with a plain submit here, tests/bench/proxy_ab.sh (4
+  // rounds) measured 1.12x CPU per request and 0.90x req/s in small GETs, 1.14x and 0.90x
+  // with a new connection per request.
   if (io_uring_sq_ready(&ring_) != 0) io_uring_submit_and_get_events(&ring_);
   hand_over_lingering();
 }
