@@ -11,6 +11,9 @@
 #   ROUNDS=3 DURATION=10 tests/bench/tls_bench.sh
 #   SCENARIOS=keepalive ROUNDS=6 tests/bench/tls_bench.sh   # one scenario, more rounds
 #   CLIENTS=1 SCENARIOS=resumed tests/bench/tls_bench.sh     # one client: latency, not CPU
+#   REUSE_PORT=stealgate tests/bench/tls_bench.sh         # a listening socket per worker in the
+#   REUSE_PORT="nginx stealgate" tests/bench/tls_bench.sh  # servers named (nginx: listen ...
+#                                                          # reuseport; stealgate: reuse_port)
 #
 # Scenarios:
 #   keepalive  wrk, 64 keep-alive HTTPS connections, small GETs
@@ -27,6 +30,15 @@ ROUNDS=${ROUNDS:-3}
 SCENARIOS=${SCENARIOS:-keepalive full resumed}
 DURATION=${DURATION:-10}
 CLIENTS=${CLIENTS:-4}  # openssl s_time processes in parallel (full, resumed)
+REUSE_PORT=${REUSE_PORT:-}  # the servers with a listening socket per worker: nginx, stealgate
+ngx_reuseport="" sg_reuse_port=false
+for server in $REUSE_PORT; do
+  case $server in
+    nginx) ngx_reuseport=" reuseport" ;;
+    stealgate) sg_reuse_port=true ;;
+    *) echo "tls_bench: REUSE_PORT names nginx or stealgate, not $server"; exit 2 ;;
+  esac
+done
 for tool in nginx wrk openssl; do
   command -v "$tool" >/dev/null || { echo "tls_bench: $tool is missing (apt-get install -y nginx-light wrk)"; exit 2; }
 done
@@ -62,7 +74,7 @@ events { worker_connections 8192; }
 http { access_log off; keepalive_requests 1000000;
   upstream backend { server 127.0.0.1:$BACKEND; keepalive 256; }
   ssl_session_cache shared:SSL:10m; ssl_session_tickets on; ssl_protocols TLSv1.2 TLSv1.3;
-  server { listen 127.0.0.1:$NGX ssl; ssl_certificate $work/cert.pem; ssl_certificate_key $work/key.pem;
+  server { listen 127.0.0.1:$NGX ssl$ngx_reuseport; ssl_certificate $work/cert.pem; ssl_certificate_key $work/key.pem;
     location / { proxy_pass http://backend; proxy_http_version 1.1; proxy_set_header Connection ""; } } }
 EOF
 cat >"$work/stealgate.yaml" <<EOF
@@ -71,6 +83,7 @@ admin: { address: 127.0.0.1:$SGADMIN }
 listeners:
   - name: tls
     address: 127.0.0.1:$SGP
+    reuse_port: $sg_reuse_port
     tls: { certificates: [ { cert: $work/cert.pem, key: $work/key.pem } ] }
 clusters:
   - name: backend
@@ -153,7 +166,7 @@ done
 echo "round results ($work/results.txt):"
 cat "$work/results.txt"
 echo
-echo "medians of $ROUNDS rounds, stealgate against nginx:"
+echo "medians of $ROUNDS rounds, stealgate against nginx (a listening socket per worker: ${REUSE_PORT:-neither}):"
 python3 - "$work/results.txt" <<'PY'
 import statistics, sys
 rows = [l.split() for l in open(sys.argv[1]).read().splitlines()[1:] if l.strip()]
