@@ -4,8 +4,11 @@
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "io/runtime.h"
@@ -34,6 +37,27 @@ inline StreamPair stream_pair(io::Runtime& rt) {
   auto s = io::Socket::adopt(rt.context(), sv[0]);
   EXPECT_TRUE(s.ok());
   return StreamPair{sv[1], io::TcpStream(std::move(*s))};
+}
+
+// What the peer `fd` (non-blocking) receives: up to `n` bytes (no more are taken), until
+// EOF or `limit`. `eof`, when given, says whether EOF came.
+inline std::string read_peer(int fd, std::size_t n, std::chrono::milliseconds limit, bool* eof = nullptr) {
+  std::string got;
+  if (eof != nullptr) *eof = false;
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (got.size() < n && std::chrono::steady_clock::now() < until) {
+    char buf[65536];
+    const ssize_t k = ::recv(fd, buf, std::min(sizeof(buf), n - got.size()), MSG_DONTWAIT);
+    if (k > 0) {
+      got.append(buf, static_cast<std::size_t>(k));
+    } else if (k == 0) {
+      if (eof != nullptr) *eof = true;
+      break;
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+  return got;
 }
 
 }  // namespace sg::testing

@@ -34,6 +34,11 @@ namespace {
 
 using namespace std::chrono_literals;
 using sg::testing::pattern;
+
+// Everything the peer gets until EOF; `eof` says whether EOF came within `limit`.
+std::string read_to_eof(int fd, std::chrono::milliseconds limit, bool& eof) {
+  return sg::testing::read_peer(fd, std::string::npos, limit, &eof);
+}
 using sg::testing::ring_ops_in_flight;
 using sg::testing::stream_pair;
 using sg::testing::StreamPair;
@@ -42,26 +47,6 @@ using sg::testing::workers;
 
 class BackgroundSend : public ::testing::TestWithParam<IoDriverKind> {};
 INSTANTIATE_TEST_SUITE_P(Drivers, BackgroundSend, sg::testing::kDrivers, sg::testing::driver_test_name);
-
-// Everything the peer gets until EOF; `eof` says whether EOF came within `limit`.
-std::string read_to_eof(int fd, std::chrono::milliseconds limit, bool& eof) {
-  std::string got;
-  eof = false;
-  const auto until = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < until) {
-    char buf[65536];
-    const ssize_t k = ::recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
-    if (k > 0) {
-      got.append(buf, static_cast<std::size_t>(k));
-    } else if (k == 0) {
-      eof = true;
-      break;
-    } else {
-      std::this_thread::sleep_for(200us);
-    }
-  }
-  return got;
-}
 
 // Small writes (sends in the background on io_uring) of all of `data`.
 exec::Task<std::string> write_in_pieces(TcpStream& s, const std::string& data, std::size_t piece, Deadline dl) {

@@ -27,24 +27,11 @@ namespace {
 using namespace std::chrono_literals;
 using sg::testing::pattern;
 using sg::testing::ring_ops_in_flight;
+using sg::testing::read_peer;
 using sg::testing::workers;
 
 class Send : public ::testing::TestWithParam<IoDriverKind> {};
 INSTANTIATE_TEST_SUITE_P(Drivers, Send, sg::testing::kDrivers, sg::testing::driver_test_name);
-
-// Reads from the (non-blocking) peer until `n` bytes or `limit`.
-std::string read_peer(int fd, std::size_t n, std::chrono::milliseconds limit) {
-  std::string got;
-  auto until = std::chrono::steady_clock::now() + limit;
-  while (got.size() < n && std::chrono::steady_clock::now() < until) {
-    char buf[65536];
-    ssize_t k = ::recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
-    if (k > 0) got.append(buf, static_cast<std::size_t>(k));
-    else if (k == 0) break;
-    else std::this_thread::sleep_for(100us);
-  }
-  return got;
-}
 
 TEST_P(Send, AWriteFarBiggerThanTheSocketBufferArrivesWholeAndInOrder) {
   SG_DRIVER_RUNTIME(rt, workers(2));

@@ -30,6 +30,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using sg::testing::pattern;
+using sg::testing::read_peer;
 using sg::testing::workers;
 using Failed = SpliceResult::Failed;
 
@@ -58,20 +59,6 @@ TcpPair tcp_pair(Runtime& rt) {
   auto s = Socket::adopt(rt.context(), mine);
   EXPECT_TRUE(s.ok());
   return TcpPair{peer, TcpStream(std::move(*s))};
-}
-
-// Reads from the blocking `fd` until `n` bytes, EOF or `limit`.
-std::string read_peer(int fd, std::size_t n, std::chrono::milliseconds limit) {
-  std::string got;
-  auto until = std::chrono::steady_clock::now() + limit;
-  while (got.size() < n && std::chrono::steady_clock::now() < until) {
-    char buf[65536];
-    ssize_t k = ::recv(fd, buf, std::min(sizeof(buf), n - got.size()), MSG_DONTWAIT);
-    if (k > 0) got.append(buf, static_cast<std::size_t>(k));
-    else if (k == 0) break;
-    else std::this_thread::sleep_for(100us);
-  }
-  return got;
 }
 
 void send_all(int fd, const std::string& s) {
