@@ -34,11 +34,6 @@ namespace {
 
 using namespace std::chrono_literals;
 using sg::testing::pattern;
-
-// Everything the peer gets until EOF; `eof` says whether EOF came within `limit`.
-std::string read_to_eof(int fd, std::chrono::milliseconds limit, bool& eof) {
-  return sg::testing::read_peer(fd, std::string::npos, limit, &eof);
-}
 using sg::testing::ring_ops_in_flight;
 using sg::testing::stream_pair;
 using sg::testing::StreamPair;
@@ -47,6 +42,11 @@ using sg::testing::workers;
 
 class BackgroundSend : public ::testing::TestWithParam<IoDriverKind> {};
 INSTANTIATE_TEST_SUITE_P(Drivers, BackgroundSend, sg::testing::kDrivers, sg::testing::driver_test_name);
+
+// Everything the peer gets until EOF; `eof` says whether EOF came within `limit`.
+std::string read_to_eof(int fd, std::chrono::milliseconds limit, bool& eof) {
+  return sg::testing::read_peer(fd, std::string::npos, limit, &eof);
+}
 
 // Small writes (sends in the background on io_uring) of all of `data`.
 exec::Task<std::string> write_in_pieces(TcpStream& s, const std::string& data, std::size_t piece, Deadline dl) {
