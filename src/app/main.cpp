@@ -12,6 +12,7 @@
 #include <cstring>
 #include <iostream>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -105,15 +106,15 @@ void log_errors(const config::LoadResult& r) {
 }
 
 // Every listening socket, named as its listener (all of a reuse_port group's sockets: a
-// connection queued on any of them must reach the new process), the admin endpoint as
-// "admin".
+// connection queued on any of them must reach the new process; a shared socket once, not
+// its copies), the admin endpoint as "admin".
 std::vector<app::HandedSocket> listening_sockets(proxy::Gateway& gw, const admin::AdminServer& admin) {
   std::vector<app::HandedSocket> out;
   auto snap = gw.snapshot();
   for (const auto& ls : gw.listener_states()) {
     if (ls->stopping.load()) continue;
     const config::ListenerSection* l = snap ? snap->listener(ls->key) : nullptr;
-    for (io::TcpListener& s : ls->sockets) {
+    for (io::TcpListener& s : ls->shared ? std::span(ls->sockets).first(1) : std::span(ls->sockets)) {
       if (s.is_open()) out.push_back({s.native_handle(), l != nullptr ? l->name : ls->key});
     }
   }

@@ -418,6 +418,15 @@ Result<TcpListener> TcpListener::adopt(IoContext io, int fd) {
   return TcpListener(std::move(*s), io);
 }
 
+Result<TcpListener> TcpListener::share() {
+  const int fd = ::fcntl(sock_.native_handle(), F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) return errno_code();
+  auto s = Socket::adopt(io_, fd);  // closes fd on failure
+  if (!s.ok()) return s.error();
+  shared_ = true;
+  return TcpListener(std::move(*s), io_, true);
+}
+
 namespace {
 
 // A kernel that refuses multishot accepts (before 5.19: EINVAL) is told once; listeners
@@ -486,6 +495,10 @@ Result<std::optional<TcpStream>> TcpListener::try_accept(tcp::endpoint* peer) {
     if (a.fd >= 0) return adopt_accepted(a.fd, peer);
     if (!a.ended) return std::optional<TcpStream>();
     release(std::exchange(op, nullptr));
+    // A single-shot accept that ended with its connection taken: no accept4 here, which
+    // would find the queue empty mostly; the next wait's accept takes a queued connection
+    // at once.
+    if (shared_ && a.error == 0) return std::optional<TcpStream>();
     if (a.error == -EINVAL) {
       ring_accepts_refused.store(true, std::memory_order_relaxed);
     } else if (a.error != 0 && !ring_accept_error_is_transient(-a.error)) {
@@ -526,7 +539,7 @@ exec::Task<std::error_code> TcpListener::wait_accepted(Deadline dl) {
   if (op == nullptr && (ring == nullptr || !sock_.is_open() || ring_accepts_refused.load(std::memory_order_relaxed))) {
     co_return co_await wait_ready(sock_, Interest::kRead, dl);
   }
-  if (op == nullptr) op = ring->start_accepts(sock_.native_handle());  // the socket's reference
+  if (op == nullptr) op = ring->start_accepts(sock_.native_handle(), !shared_);  // the socket's reference
   co_return co_await AcceptsAwaiter(op, dl);
 }
 

@@ -7,7 +7,8 @@
 // recv first: a body streams); a write under 8 KiB is a send on the ring that owns a copy
 // of its bytes and that the write does not wait for (bigger ones are sendmsg, as on
 // epoll); connect is a ring operation, and a
-// listener's accepts are one multishot accept it keeps (io/uring.h). Each completed
+// listener's accepts are one multishot accept it keeps, or a single-shot accept per wait
+// where several listeners share the socket (share(); io/uring.h). Each completed
 // operation spends one unit of the task's coop budget.
 // Deadlines are absolute (io::Deadline); an expired wait yields errc::timed_out and
 // leaves the socket usable (e.g. to write a 408 before closing).
@@ -165,6 +166,13 @@ class TcpListener {
   // it becomes non-blocking and gets TCP_NODELAY for its accepted sockets, as bind() does.
   // On failure `fd` is closed.
   static Result<TcpListener> adopt(IoContext io, int fd);
+  // Another listener on this one's socket (its descriptor duplicated), for an accepting
+  // task on another worker: connections come from the one kernel queue to whichever task
+  // waits. From then on both take one connection per wait on io_uring (a single-shot
+  // accept on the waiting task's ring) instead of a multishot accept, so that a connection
+  // goes to a ring that waits for one rather than to a busy one (io/uring.h, "Accepts").
+  // Stop accepting (stop_accepting) and close each of them.
+  Result<TcpListener> share();
 
   TcpListener(TcpListener&&) noexcept = default;
   TcpListener& operator=(TcpListener&&) noexcept = default;
@@ -175,7 +183,8 @@ class TcpListener {
   // EMFILE/ENFILE and other resource errors come back as errors (the caller backs off);
   // the listener stays usable. On io_uring the first wait starts the listener's multishot
   // accept, which then takes every connection as it comes (io/uring.h); a task dropped
-  // while it waits leaves it running, and loses no connection. One accepting task at a time.
+  // while it waits leaves it running, and loses no connection. One accepting task at a time
+  // (a listener per task: share()). A shared listener's wait starts a single-shot accept.
   exec::Task<Result<TcpStream>> accept(Deadline dl = {}, tcp::endpoint* peer = nullptr);
   // The two halves of accept(), for a caller that decides between them whether to take a
   // connection at all (a connection limit): wait until a connection is queued (or the
@@ -199,7 +208,7 @@ class TcpListener {
   int native_handle() { return sock_.native_handle(); }
 
  private:
-  TcpListener(Socket s, IoContext io) : sock_(std::move(s)), io_(io) {}
+  TcpListener(Socket s, IoContext io, bool shared = false) : sock_(std::move(s)), io_(io), shared_(shared) {}
   // Waits for a connection: the multishot accept's next one on io_uring, readability on
   // epoll.
   exec::Task<std::error_code> wait_accepted(Deadline dl);
@@ -207,8 +216,9 @@ class TcpListener {
   // as accept4 reported it, or asked with getpeername when null (a multishot accept reports
   // none; nullopt when the peer has gone already).
   Result<std::optional<TcpStream>> adopt_accepted(int fd, tcp::endpoint* peer, const tcp::endpoint* from = nullptr);
-  Socket sock_;  // on io_uring, its receive_op() is the multishot accept
+  Socket sock_;  // on io_uring, its receive_op() is the accept
   IoContext io_;  // where accepted sockets go
+  bool shared_ = false;  // share()d: single-shot accepts on io_uring
 };
 
 // Suspends the current task until `t` (or for `d`), on the executor's timers.

@@ -335,14 +335,18 @@ UringOp* UringDriver::start_connect(int fd, const sockaddr* addr, socklen_t len,
   return op;
 }
 
-UringOp* UringDriver::start_accepts(int fd) {
+UringOp* UringDriver::start_accepts(int fd, bool multishot) {
   UringOp* op = new_waited_op(sizeof(AcceptQueue), {}, 0);
   op->accepts = true;
   new (op + 1) AcceptQueue{};
   io_uring_sqe* e = sqe();
   // No address: one buffer would be shared by every accept of the operation (the caller
   // asks getpeername instead).
-  io_uring_prep_multishot_accept(e, fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  if (multishot) {
+    io_uring_prep_multishot_accept(e, fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  } else {
+    io_uring_prep_accept(e, fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  }
   io_uring_sqe_set_data(e, op);
   return op;
 }

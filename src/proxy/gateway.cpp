@@ -231,8 +231,22 @@ std::string Gateway::bind_listener(const config::ListenerSection& l, std::shared
   ls->bound_port = got.listeners.front().local_endpoint().port();
   ls->inherited = got.inherited;
   ls->sockets = std::move(got.listeners);
+  if (!l.reuse_port && rt_.driver_kind() == io::IoDriverKind::kIoUring) share_socket(*ls, workers);
   out = std::move(ls);
   return "";
+}
+
+void Gateway::share_socket(ListenerState& ls, std::size_t workers) {
+  while (ls.sockets.size() < workers) {
+    auto copy = ls.sockets.front().share();
+    if (!copy.ok()) {  // (out of descriptors) fewer workers accept: it still serves
+      SG_LOG_WARN("listener on {}: accepting on {} of {} workers: {}", ls.address, ls.sockets.size(), workers,
+                  copy.error().message());
+      break;
+    }
+    ls.sockets.push_back(std::move(*copy));
+  }
+  ls.shared = ls.sockets.size() > 1;
 }
 
 void Gateway::start_accepting(const std::shared_ptr<ListenerState>& ls) {
@@ -241,11 +255,13 @@ void Gateway::start_accepting(const std::shared_ptr<ListenerState>& ls) {
         rt_.handle().spawn(accept_loop(*this, ls, ls->sockets.front()), {exec::TaskKind::kListener, ls->address}));
     return;
   }
-  // A socket per worker (reuse_port): its loop stays on that worker, so a connection the
-  // kernel queued on it starts there, and its readiness wait sits on that worker's ring
-  // (io_uring). One loop for the whole listener waits on one ring: a new connection then
-  // waits for that worker while it is busy (a TLS handshake: ~300 us), even when the
-  // other is idle, and the connections it accepts are stolen by a woken worker.
+  // A socket per worker (reuse_port), or one socket shared by the workers (io_uring): each
+  // loop stays on its worker, so a connection it takes starts there, and its wait sits on
+  // that worker's ring. One loop for the whole listener waits on one ring: a new
+  // connection then waits for that worker while it is busy (a TLS handshake: ~300 us),
+  // even when the other is idle, and the connections it accepts are stolen by a woken
+  // worker. (A shared socket's loops take one connection per wait, so that the next goes
+  // to another waiting ring: io/uring.h, "Accepts".)
   const std::size_t workers = rt_.exec().config().worker_threads;
   for (std::size_t i = 0; i < ls->sockets.size(); ++i) {
     ls->accept_tasks.push_back(rt_.handle().spawn_pinned(
@@ -276,8 +292,10 @@ void Gateway::stop_listener(const std::shared_ptr<ListenerState>& ls) {
 namespace {
 void log_listening(const Snapshot& snap, const ListenerState& ls) {
   const config::ListenerSection* l = snap.listener(ls.key);
-  const std::string sockets =
-      ls.sockets.size() > 1 ? ", " + std::to_string(ls.sockets.size()) + " sockets (reuse_port)" : "";
+  const std::string n = std::to_string(ls.sockets.size());
+  const std::string sockets = ls.shared                ? ", accepting on " + n + " workers"
+                              : ls.sockets.size() > 1 ? ", " + n + " sockets (reuse_port)"
+                                                      : "";
   SG_LOG_INFO("listener {} on {} (port {}){}{}{}", l->name, ls.address, ls.bound_port,
               ls.inherited ? " on an inherited socket" : "", sockets, l->tls ? ", TLS" : "");
 }

@@ -68,8 +68,11 @@ struct ListenerState {
   std::string key;      // listener_key(): identity across reloads
   std::string address;  // host:port as configured
   // One socket, or with reuse_port one per worker (io::listen_group), each with an accept
-  // loop of its own pinned to a worker. Filled before the loops start, never resized.
+  // loop of its own pinned to a worker. On io_uring one socket is shared: the rest are
+  // copies of the first's descriptor (io::TcpListener::share), a loop per worker (see
+  // Gateway::start_accepting). Filled before the loops start, never resized.
   std::vector<io::TcpListener> sockets;
+  bool shared = false;  // sockets[1..] are copies of sockets[0]
   uint16_t bound_port = 0;
   bool inherited = false;  // adopted from socket activation instead of bound here
   std::vector<exec::JoinHandle<void>> accept_tasks;
@@ -159,6 +162,8 @@ class Gateway {
   std::string bind_listener(const config::ListenerSection& l, std::shared_ptr<ListenerState>& out,
                             std::chrono::milliseconds in_use_wait);
   static constexpr std::chrono::milliseconds kStartInUseWait{2000};
+  // Adds copies of the listener's one socket, up to one per worker (ListenerState::sockets).
+  static void share_socket(ListenerState& ls, std::size_t workers);
   void start_accepting(const std::shared_ptr<ListenerState>& ls);
   void stop_listener(const std::shared_ptr<ListenerState>& ls);
   void apply_shedding(const config::LimitsSection& lim);

@@ -151,6 +151,14 @@ class BinaryUpgradeTest(unittest.TestCase):
         served = load.counts["ok"]
         until(lambda: load.counts["ok"] >= served + 100, 5 * TIMEOUT_SCALE, "the new process serves nothing")
         self.assertEqual(request_once(admin, "GET", "/ready")[0], 200, "the admin endpoint moved over too")
+        # On io_uring the one socket has a copy of its descriptor per worker: handed over
+        # once (a copy is no socket of its own), and shared by the new process's workers.
+        started = [l for l in sg.logs() if " started: " in l]
+        on_uring = "workers on io_uring" in started[-1]
+        sg.wait_log(r"listener public on \S+ \(port \d+\) on an inherited socket" +
+                    (", accepting on 2 workers$" if on_uring else "$"))
+        self.assertFalse([l for l in sg.logs() if "matches no listener" in l])
+        self.assertEqual(len(listening_inodes(port, pid)), 1)
         load.finish()
         print(f"binary upgrade under load: {load.counts}", file=sys.stderr)
         self.assertEqual(load.counts["refused"], 0, load.counts)

@@ -6,7 +6,8 @@
 // worker's ring), while the test thread drops it mid-wait, stops the listener's accepts
 // (serving what they took) and starts a new accepting task, again and again. Every
 // connection must be answered: none that the ring took is lost or answered twice, and
-// afterwards no operation is left.
+// afterwards no operation is left. The same again with two listeners sharing one socket
+// (TcpListener::share: single-shot accepts on io_uring), an accepting task on each.
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -56,12 +57,18 @@ exec::Task<void> accept_forever(TcpListener& l, std::atomic<long>& answered, std
   }
 }
 
-TEST_P(AcceptStress, EveryConnectionIsAnsweredOnceThroughDropsAndStops) {
-  SG_DRIVER_RUNTIME(rt, sg::testing::workers(3));
+// `copies` listeners on one socket (1: the socket's own alone), an accepting task on each.
+void stress_accepts(Runtime& rt, int copies) {
   auto bound = TcpListener::bind(rt.context(), tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0), {});
   ASSERT_TRUE(bound.ok());
-  TcpListener& l = *bound;
-  const uint16_t port = l.local_endpoint().port();
+  std::vector<TcpListener> listeners;
+  listeners.push_back(std::move(*bound));
+  while (static_cast<int>(listeners.size()) < copies) {
+    auto copy = listeners.front().share();
+    ASSERT_TRUE(copy.ok());
+    listeners.push_back(std::move(*copy));
+  }
+  const uint16_t port = listeners.front().local_endpoint().port();
   constexpr int kClients = 3;
   constexpr int kEach = 300;
   std::atomic<long> answered{0}, timeouts{0}, client_ok{0}, client_bad{0};
@@ -88,14 +95,19 @@ TEST_P(AcceptStress, EveryConnectionIsAnsweredOnceThroughDropsAndStops) {
   std::mt19937 rng(11);
   int rounds = 0;
   while (clients_left.load() > 0) {
-    auto server = rt.spawn(accept_forever(l, answered, timeouts, static_cast<unsigned>(rounds)));
+    std::vector<exec::JoinHandle<void>> servers;
+    for (std::size_t i = 0; i < listeners.size(); ++i) {
+      servers.push_back(rt.spawn(accept_forever(listeners[i], answered, timeouts, static_cast<unsigned>(rounds * 8 + i))));
+    }
     std::this_thread::sleep_for(std::chrono::microseconds(500 + rng() % 3000));
-    server.cancel();  // dropped wherever it is: mid-wait, or between two accepts
-    EXPECT_FALSE(server.wait());
+    for (auto& server : servers) server.cancel();  // dropped wherever it is: mid-wait, or between two accepts
+    for (auto& server : servers) EXPECT_FALSE(server.wait());
     // What the ring took meanwhile is the listener's: answered here, as a stopping
     // listener serves it.
-    auto rest = rt.spawn([&l, &answered]() -> exec::Task<void> {
-      for (auto& c : co_await l.stop_accepting()) answer(c.stream, answered);
+    auto rest = rt.spawn([&listeners, &answered]() -> exec::Task<void> {
+      for (TcpListener& l : listeners) {
+        for (auto& c : co_await l.stop_accepting()) answer(c.stream, answered);
+      }
     });
     EXPECT_TRUE(rest.wait());
     ++rounds;
@@ -106,14 +118,24 @@ TEST_P(AcceptStress, EveryConnectionIsAnsweredOnceThroughDropsAndStops) {
   EXPECT_EQ(answered.load(), kClients * kEach);  // each once: none lost, none twice
   EXPECT_GT(timeouts.load(), 0);
   EXPECT_GT(rounds, 20);
-  std::printf("%d rounds of accepting, %ld accepts timed out\n", rounds, timeouts.load());
-  bound->close();
+  std::printf("%d listener(s): %d rounds of accepting, %ld accepts timed out\n", copies, rounds, timeouts.load());
+  for (TcpListener& l : listeners) l.close();
   EXPECT_TRUE(sg::testing::eventually([&] {
     for (const RingStats& r : rt.ring_stats()) {
       if (r.in_flight != 0) return false;
     }
     return true;
   })) << "operations left on the rings";
+}
+
+TEST_P(AcceptStress, EveryConnectionIsAnsweredOnceThroughDropsAndStops) {
+  SG_DRIVER_RUNTIME(rt, sg::testing::workers(3));
+  stress_accepts(rt, 1);
+}
+
+TEST_P(AcceptStress, EveryConnectionIsAnsweredOnceOnASharedSocket) {
+  SG_DRIVER_RUNTIME(rt, sg::testing::workers(3));
+  stress_accepts(rt, 2);
 }
 
 }  // namespace
