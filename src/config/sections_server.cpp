@@ -196,9 +196,10 @@ const Table<ListenerSection>& listener_table() {
                "a listening socket per worker (SO_REUSEPORT), each accepted on its own worker; the kernel spreads new "
                "connections over them by address hash, not by load. Another process of the same user can then bind "
                "the address too. Takes effect when the listener is bound (start, binary upgrade). With socket "
-               "activation, hand over a socket per worker (deploy/README.md). Worth it where most connections are "
-               "new TLS handshakes: with one socket, new connections wait on one worker while it computes a "
-               "handshake (README.md, TLS figures)"),
+               "activation, hand over a socket per worker (deploy/README.md). Without it, a TLS listener's one "
+               "socket is accepted from on every worker on io_uring, so that a new connection goes to a worker "
+               "waiting for one; on epoll, and for plain HTTP, one worker accepts, and with many new TLS handshakes "
+               "a connection can wait while it computes one (README.md, TLS figures)"),
        F::number("max_connections", &L::max_connections, 1, 10'000'000, "open client connections on this listener"),
        F::choice("on_max_connections", &L::on_max_connections,
                  std::vector<std::pair<std::string, OverflowAction>>{{"reject", OverflowAction::kReject503},

@@ -68,9 +68,9 @@ struct ListenerState {
   std::string key;      // listener_key(): identity across reloads
   std::string address;  // host:port as configured
   // One socket, or with reuse_port one per worker (io::listen_group), each with an accept
-  // loop of its own pinned to a worker. On io_uring one socket is shared: the rest are
-  // copies of the first's descriptor (io::TcpListener::share), a loop per worker (see
-  // Gateway::start_accepting). Filled before the loops start, never resized.
+  // loop of its own pinned to a worker. A TLS listener's one socket is shared on io_uring:
+  // the rest are copies of the first's descriptor (io::TcpListener::share), a loop per
+  // worker (see Gateway::bind_listener). Filled before the loops start, never resized.
   std::vector<io::TcpListener> sockets;
   bool shared = false;  // sockets[1..] are copies of sockets[0]
   uint16_t bound_port = 0;

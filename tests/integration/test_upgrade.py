@@ -15,7 +15,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import temp_dir, BIN, SANITIZER_MARKERS, TIMEOUT_SCALE, Client, Stealgate, Upstream, config, listening_inodes, main, request_once  # noqa: E402
+from harness import temp_dir, BIN, SANITIZER_MARKERS, TIMEOUT_SCALE, TLS_MODE, Client, Stealgate, Upstream, config, listening_inodes, main, request_once, tls_client_context  # noqa: E402
 
 # The new process outlives the old one, its parent: as a subreaper this test process
 # inherits it, so its exit status can be checked like any child's.
@@ -111,6 +111,10 @@ def new_pid(sg):
     return int(m.group(1)) if m else None
 
 
+def on_io_uring(sg):
+    return "workers on io_uring" in next(l for l in sg.logs() if " started: " in l)
+
+
 def kill_if_alive(pid):
     """Cleanup for a test that failed before stopping the new process: kill and reap it."""
     try:
@@ -151,12 +155,9 @@ class BinaryUpgradeTest(unittest.TestCase):
         served = load.counts["ok"]
         until(lambda: load.counts["ok"] >= served + 100, 5 * TIMEOUT_SCALE, "the new process serves nothing")
         self.assertEqual(request_once(admin, "GET", "/ready")[0], 200, "the admin endpoint moved over too")
-        # On io_uring the one socket has a copy of its descriptor per worker: handed over
-        # once (a copy is no socket of its own), and shared by the new process's workers.
-        started = [l for l in sg.logs() if " started: " in l]
-        on_uring = "workers on io_uring" in started[-1]
+        # One socket, handed over once; on io_uring a TLS listener's workers share it.
         sg.wait_log(r"listener public on \S+ \(port \d+\) on an inherited socket" +
-                    (", accepting on 2 workers$" if on_uring else "$"))
+                    (", accepting on 2 workers" if TLS_MODE and on_io_uring(sg) else "") + (", TLS" if TLS_MODE else "") + "$")
         self.assertFalse([l for l in sg.logs() if "matches no listener" in l])
         self.assertEqual(len(listening_inodes(port, pid)), 1)
         load.finish()
@@ -192,6 +193,29 @@ class BinaryUpgradeTest(unittest.TestCase):
         load.finish()
         self.assertEqual(load.counts["refused"], 0, load.counts)
         self.assertEqual(load.counts["error"], 0, f"{load.counts} {load.errors[:5]}")
+        self.assertEqual(stop_successor(pid), 0)
+
+    def test_upgrade_hands_over_a_tls_listeners_shared_socket_once(self):
+        # On io_uring every worker accepts from a TLS listener's one socket, each through a
+        # copy of its descriptor: the copies are not sockets to hand over.
+        import certs  # noqa: E402
+        cert, key = certs.shared().server
+        sg = Stealgate(upgrade_config(self.up, "  - name: public\n    address: 127.0.0.1:0\n    tls:\n"
+                                               f"      certificates:\n        - {{ cert: {cert}, key: {key} }}\n"))
+        shared = ", accepting on 2 workers" if on_io_uring(sg) else ""
+        sg.wait_log(r"listener public on \S+ \(port \d+\)" + shared + ", TLS$")
+        port = sg.port
+        self.assertEqual(request_once(port, "GET", "/", tls=tls_client_context())[0], 200)
+        sg.proc.send_signal(signal.SIGUSR2)
+        sg.wait_log(r"binary upgrade: new process \d+ is serving", 10 * TIMEOUT_SCALE)
+        pid = new_pid(sg)
+        self.addCleanup(kill_if_alive, pid)
+        sg.stop(timeout=30 * TIMEOUT_SCALE)
+        sg.wait_log(r"listener public on \S+ \(port \d+\) on an inherited socket" + shared + ", TLS$")
+        self.assertFalse([l for l in sg.logs() if "matches no listener" in l])
+        self.assertEqual(len(listening_inodes(port, pid)), 1)
+        for _ in range(20):  # new connections, whichever worker takes them
+            self.assertEqual(request_once(port, "GET", "/", tls=tls_client_context())[0], 200)
         self.assertEqual(stop_successor(pid), 0)
 
     def test_new_config_that_does_not_load_keeps_the_old_process_serving(self):
