@@ -171,6 +171,7 @@ class TcpListener {
   // waits. From then on both take one connection per wait on io_uring (a single-shot
   // accept on the waiting task's ring) instead of a multishot accept, so that a connection
   // goes to a ring that waits for one rather than to a busy one (io/uring.h, "Accepts").
+  // Share before accepting (an accept already running stays multishot until it ends).
   // Stop accepting (stop_accepting) and close each of them.
   Result<TcpListener> share();
 

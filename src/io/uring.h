@@ -112,7 +112,10 @@
 // connection wakes the next armed ring, and a busy worker arms again only once it has
 // reaped its accept. (And a woken accept takes the oldest connection queued, so one that
 // woke a busy ring is taken by the next ring that runs.) Measured with TLS full
-// handshakes, 2 workers: +10-25% connections/s, machine idle 4.7% against 7-8%.
+// handshakes, 2 workers, 6 pairs alternating with one multishot accept: +3% to +26%
+// connections/s, machine idle 4.0-4.8% against 7.1-9.1%. The price is a submission and
+// an armed poll per connection, which plain HTTP's short connections do not recoup
+// (proxy/gateway.cpp shares only TLS listeners' sockets).
 //
 // Cancellation: a wait that lost a race (its deadline fired, or the other socket of an
 // either-wait) or whose task was dropped cancels its operation (IORING_OP_ASYNC_CANCEL by

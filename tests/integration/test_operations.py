@@ -14,7 +14,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import temp_dir, TIMEOUT_SCALE, BIN, Client, RefusingAddress, Stealgate, Upstream, config, listening_sockets, main, request_once  # noqa: E402
+from harness import temp_dir, TIMEOUT_SCALE, BIN, Client, RefusingAddress, Stealgate, Upstream, config, listening_sockets, main, request_once, tls_client_context  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 
@@ -238,6 +238,42 @@ class SocketPerWorkerTest(unittest.TestCase):
         other = "  - name: other\n    address: 127.0.0.1:0\n"
         self.assertTrue(sg.reload(config(listeners=other, routes=direct_routes())))
         sg.wait_for(lambda: listening_sockets(port, sg.proc.pid) == 0, 5 * TIMEOUT_SCALE, "a socket still listens")
+        sg.stop()
+
+
+    def test_every_worker_accepts_from_a_tls_listeners_one_socket(self):
+        # On io_uring: a copy of the socket's descriptor per worker, each with an accept loop
+        # pinned to its worker, taking one connection per wait (a connection goes to a
+        # worker waiting for one). On epoll, one loop.
+        import certs  # noqa: E402
+        cert, key = certs.shared().server
+        tls = ("  - name: public\n    address: 127.0.0.1:0\n    tls:\n      certificates:\n"
+               f"        - {{ cert: {cert}, key: {key} }}\n")
+        sg = Stealgate(config(listeners=tls, routes=direct_routes()))
+        uring = "workers on io_uring" in next(l for l in sg.logs() if " started: " in l)
+        sg.wait_log(r"listener public on 127\.0\.0\.1:0 \(port \d+\)" + (", accepting on 2 workers" if uring else "") +
+                    ", TLS$")
+        self.assertEqual(listening_sockets(sg.port, sg.proc.pid), 1)
+        for _ in range(20):
+            self.assertEqual(request_once(sg.port, "GET", "/", tls=tls_client_context())[0], 200)
+        loops = self.listener_tasks(sg)
+        if uring:
+            self.assertEqual([t["name"] for t in loops], ["127.0.0.1:0 #1", "127.0.0.1:0 #2"])
+            self.assertEqual([t["last_worker"] for t in loops], [0, 1])
+            for t in loops:  # each took connections (the kernel wakes the accept armed first)
+                self.assertGreaterEqual(t["wakes"]["io"], 1, t)
+        else:
+            self.assertEqual([t["name"] for t in loops], ["127.0.0.1:0"])
+        self.assertEqual(sg.metric("stealgate_downstream_connections_total", listener="public"), 20)
+        # A reload that turns TLS off keeps the sockets and their loops, and says so.
+        self.assertTrue(sg.reload(config(listeners="  - name: public\n    address: 127.0.0.1:0\n",
+                                         routes=direct_routes())))
+        sg.wait_log(r"listener public: backlog and reuse_port are settings of its sockets, which a reload keeps, "
+                    r"and so is whether every worker accepts")
+        for _ in range(4):
+            with socket.create_connection(("127.0.0.1", sg.port), timeout=10) as c:
+                c.sendall(b"GET / HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")
+                self.assertTrue(c.recv(4096).startswith(b"HTTP/1.1 200"))
         sg.stop()
 
 
