@@ -242,6 +242,12 @@ class Stealgate:
             time.sleep(0.02)
         raise AssertionError(f"{what}\n" + "\n".join(self.logs()))
 
+    def io_driver(self):
+        """The I/O driver the (first) process started on, from its start line."""
+        started = r" started: \d+ workers on (\w+)"
+        self.wait_log(started)
+        return next(m.group(1) for m in (re.search(started, l) for l in self.logs()) if m)
+
     def wait_log(self, pattern, timeout=5):
         self.wait_for(lambda: any(re.search(pattern, l) for l in self.logs()), timeout, f"no log line /{pattern}/")
 

@@ -111,10 +111,6 @@ def new_pid(sg):
     return int(m.group(1)) if m else None
 
 
-def on_io_uring(sg):
-    return "workers on io_uring" in next(l for l in sg.logs() if " started: " in l)
-
-
 def kill_if_alive(pid):
     """Cleanup for a test that failed before stopping the new process: kill and reap it."""
     try:
@@ -157,7 +153,7 @@ class BinaryUpgradeTest(unittest.TestCase):
         self.assertEqual(request_once(admin, "GET", "/ready")[0], 200, "the admin endpoint moved over too")
         # One socket, handed over once; on io_uring a TLS listener's workers share it.
         sg.wait_log(r"listener public on \S+ \(port \d+\) on an inherited socket" +
-                    (", accepting on 2 workers" if TLS_MODE and on_io_uring(sg) else "") + (", TLS" if TLS_MODE else "") + "$")
+                    (", accepting on 2 workers" if TLS_MODE and sg.io_driver() == "io_uring" else "") + (", TLS" if TLS_MODE else "") + "$")
         self.assertFalse([l for l in sg.logs() if "matches no listener" in l])
         self.assertEqual(len(listening_inodes(port, pid)), 1)
         load.finish()
@@ -202,7 +198,7 @@ class BinaryUpgradeTest(unittest.TestCase):
         cert, key = certs.shared().server
         sg = Stealgate(upgrade_config(self.up, "  - name: public\n    address: 127.0.0.1:0\n    tls:\n"
                                                f"      certificates:\n        - {{ cert: {cert}, key: {key} }}\n"))
-        shared = ", accepting on 2 workers" if on_io_uring(sg) else ""
+        shared = ", accepting on 2 workers" if sg.io_driver() == "io_uring" else ""
         sg.wait_log(r"listener public on \S+ \(port \d+\)" + shared + ", TLS$")
         port = sg.port
         self.assertEqual(request_once(port, "GET", "/", tls=tls_client_context())[0], 200)
