@@ -47,7 +47,13 @@ inline std::unique_ptr<io::Runtime> make_runtime(io::IoDriverKind kind, exec::Ru
 
 inline bool uses_io_uring(io::Runtime& rt) { return rt.driver_kind() == io::IoDriverKind::kIoUring; }
 
-// io_uring operations started and not yet completed, over every ring (0 on epoll).
+// io_uring operations started and not yet completed on worker `worker`'s ring (0 on epoll).
+inline std::size_t ring_ops_in_flight(io::Runtime& rt, std::size_t worker) {
+  const auto stats = rt.ring_stats();
+  return worker < stats.size() ? stats[worker].in_flight : 0;
+}
+
+// The same, over every ring.
 inline std::size_t ring_ops_in_flight(io::Runtime& rt) {
   std::size_t n = 0;
   for (const io::RingStats& r : rt.ring_stats()) n += r.in_flight;

@@ -40,12 +40,6 @@ exec::Task<void> accept_counting(TcpListener& l, std::atomic<int>& taken, std::v
   }
 }
 
-// The operations in flight on worker `i`'s ring (0 on epoll).
-std::size_t ring_ops(Runtime& rt, std::size_t i) {
-  auto stats = rt.ring_stats();
-  return i < stats.size() ? stats[i].in_flight : 0;
-}
-
 TEST_P(SharedAccept, ABusyWorkerDoesNotHoldBackConnectionsAnotherWaitsFor) {
   SG_DRIVER_RUNTIME(rt, workers(2));
   auto bound = TcpListener::bind(rt.context(), tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0), {});
@@ -64,7 +58,7 @@ TEST_P(SharedAccept, ABusyWorkerDoesNotHoldBackConnectionsAnotherWaitsFor) {
   std::vector<TcpStream> kept0, kept1;
   auto loop0 = h.spawn_pinned(0, accept_counting(first, taken0, kept0));
   if (uses_io_uring(rt)) {
-    ASSERT_TRUE(eventually([&] { return ring_ops(rt, 0) == 1; }, 5s));
+    ASSERT_TRUE(eventually([&] { return sg::testing::ring_ops_in_flight(rt, 0) == 1; }, 5s));
   }
   std::atomic<bool> spinning{false}, release{false};
   auto busy = h.spawn_pinned(0, [&]() -> exec::Task<void> {
@@ -76,7 +70,7 @@ TEST_P(SharedAccept, ABusyWorkerDoesNotHoldBackConnectionsAnotherWaitsFor) {
   ASSERT_TRUE(eventually([&] { return spinning.load(); }, 5s));
   auto loop1 = h.spawn_pinned(1, accept_counting(second, taken1, kept1));
   if (uses_io_uring(rt)) {
-    ASSERT_TRUE(eventually([&] { return ring_ops(rt, 1) == 1; }, 5s));
+    ASSERT_TRUE(eventually([&] { return sg::testing::ring_ops_in_flight(rt, 1) == 1; }, 5s));
   }
 
   constexpr int kClients = 4;
