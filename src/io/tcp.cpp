@@ -470,6 +470,15 @@ struct AcceptsAwaiter {
   }
 };
 
+// The peer's address as an accept on the ring reported it (single-shot accepts), if it did.
+std::optional<tcp::endpoint> reported_peer(const Accepted& a) {
+  tcp::endpoint ep;
+  if (a.peer == nullptr || a.peer_len == 0 || a.peer_len > ep.capacity()) return std::nullopt;
+  std::memcpy(ep.data(), a.peer, a.peer_len);
+  ep.resize(a.peer_len);
+  return ep;
+}
+
 }  // namespace
 
 Result<std::optional<TcpStream>> TcpListener::adopt_accepted(int fd, tcp::endpoint* peer, const tcp::endpoint* from) {
@@ -492,7 +501,10 @@ Result<std::optional<TcpStream>> TcpListener::adopt_accepted(int fd, tcp::endpoi
 Result<std::optional<TcpStream>> TcpListener::try_accept(tcp::endpoint* peer) {
   if (UringOp*& op = sock_.receive_op(); op != nullptr) {
     const Accepted a = take_accepted(op);
-    if (a.fd >= 0) return adopt_accepted(a.fd, peer);
+    if (a.fd >= 0) {
+      const std::optional<tcp::endpoint> from = reported_peer(a);
+      return adopt_accepted(a.fd, peer, from ? &*from : nullptr);
+    }
     if (!a.ended) return std::optional<TcpStream>();
     release(std::exchange(op, nullptr));
     // A single-shot accept that ended with its connection taken: no accept4 here, which
@@ -568,7 +580,8 @@ exec::Task<std::vector<TcpListener::TakenConnection>> TcpListener::stop_acceptin
       continue;
     }
     tcp::endpoint peer;
-    auto got = adopt_accepted(a.fd, &peer);
+    const std::optional<tcp::endpoint> from = reported_peer(a);
+    auto got = adopt_accepted(a.fd, &peer, from ? &*from : nullptr);
     if (got.ok() && got->has_value()) out.push_back({std::move(**got), peer});
   }
   release(std::exchange(op, nullptr));

@@ -214,8 +214,8 @@ class TcpListener {
   // epoll.
   exec::Task<std::error_code> wait_accepted(Deadline dl);
   // An accepted descriptor as a stream, its peer's address into `peer` (when given): `from`,
-  // as accept4 reported it, or asked with getpeername when null (a multishot accept reports
-  // none; nullopt when the peer has gone already).
+  // as accept4 or a single-shot accept on the ring reported it, or asked with getpeername
+  // when null (a multishot accept reports none; nullopt when the peer has gone already).
   Result<std::optional<TcpStream>> adopt_accepted(int fd, tcp::endpoint* peer, const tcp::endpoint* from = nullptr);
   Socket sock_;  // on io_uring, its receive_op() is the accept
   IoContext io_;  // where accepted sockets go

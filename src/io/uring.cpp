@@ -44,10 +44,14 @@ thread_local UringDriver* tl_ring = nullptr;
 // What follows a multishot accept: the descriptors its completions brought that the
 // listener has not taken yet (fds[head..]), under the operation's lock. A vector that
 // only ever grows to the largest burst the ring accepted between two takes.
+// A single-shot accept also has the peer's address, which the kernel writes here as it
+// completes (0 peer_len: a multishot accept, which reports none).
 struct AcceptQueue {
   std::vector<int> fds;
   std::size_t head = 0;
   bool cancel_sent = false;
+  socklen_t peer_len = 0;
+  sockaddr_storage peer{};
 };
 
 AcceptQueue& accept_queue(UringOp* op) { return *reinterpret_cast<AcceptQueue*>(op + 1); }
@@ -340,12 +344,14 @@ UringOp* UringDriver::start_accepts(int fd, bool multishot) {
   op->accepts = true;
   new (op + 1) AcceptQueue{};
   io_uring_sqe* e = sqe();
-  // No address: one buffer would be shared by every accept of the operation (the caller
-  // asks getpeername instead).
+  // A multishot accept takes no address: one buffer would be shared by every accept of
+  // the operation (the caller asks getpeername instead). A single-shot one has its own.
   if (multishot) {
     io_uring_prep_multishot_accept(e, fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
   } else {
-    io_uring_prep_accept(e, fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    AcceptQueue& q = accept_queue(op);
+    q.peer_len = sizeof q.peer;
+    io_uring_prep_accept(e, fd, reinterpret_cast<sockaddr*>(&q.peer), &q.peer_len, SOCK_NONBLOCK | SOCK_CLOEXEC);
   }
   io_uring_sqe_set_data(e, op);
   return op;
@@ -360,6 +366,8 @@ Accepted take_accepted(UringOp* op) noexcept {
       q.fds.clear();
       q.head = 0;
     }
+    // (Read under the lock that the completion took after the kernel wrote it.)
+    if (q.peer_len != 0) return {fd, false, 0, reinterpret_cast<const sockaddr*>(&q.peer), q.peer_len};
     return {fd, false, 0};
   }
   // Relaxed: `completed` and `res` are written under the lock held here.

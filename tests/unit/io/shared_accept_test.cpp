@@ -104,5 +104,47 @@ TEST_P(SharedAccept, ABusyWorkerDoesNotHoldBackConnectionsAnotherWaitsFor) {
   for (int fd : clients) ::close(fd);
 }
 
+// A shared listener's connection comes with its peer's address: on io_uring the one the
+// single-shot accept reported (no getpeername), on epoll accept4's.
+TEST_P(SharedAccept, EachConnectionComesWithItsPeersAddress) {
+  SG_DRIVER_RUNTIME(rt, workers(2));
+  auto bound = TcpListener::bind(rt.context(), tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0), {});
+  ASSERT_TRUE(bound.ok());
+  auto copy = bound->share();
+  ASSERT_TRUE(copy.ok());
+  TcpListener* listeners[] = {&*bound, &*copy};
+  const exec::Handle h = rt.handle();
+  for (std::size_t i = 0; i < 4; ++i) {
+    // The accept waits before the client connects: on io_uring it is the ring's accept
+    // that takes the connection (a connection already queued goes to accept4).
+    const std::size_t worker = i % 2;
+    TcpListener& l = *listeners[worker];
+    auto accepted = h.spawn_pinned(worker, [&l]() -> exec::Task<tcp::endpoint> {
+      tcp::endpoint peer;
+      auto c = co_await l.accept({}, &peer);
+      EXPECT_TRUE(c.ok());
+      co_return peer;
+    });
+    if (uses_io_uring(rt)) {
+      ASSERT_TRUE(eventually([&] { return sg::testing::ring_ops_in_flight(rt, worker) == 1; }, 5s));
+    }
+    const int client = connect_loopback(bound->local_endpoint().port());
+    ASSERT_GE(client, 0);
+    sockaddr_in local{};
+    socklen_t len = sizeof(local);
+    ASSERT_EQ(::getsockname(client, reinterpret_cast<sockaddr*>(&local), &len), 0);
+    auto peer = accepted.wait();
+    ASSERT_TRUE(peer.has_value());
+    EXPECT_EQ(peer->port(), ntohs(local.sin_port)) << "connection " << i;
+    EXPECT_EQ(peer->address().to_string(), "127.0.0.1");
+    ::close(client);
+  }
+  for (TcpListener* l : listeners) {
+    auto rest = h.spawn([l]() -> exec::Task<std::size_t> { co_return (co_await l->stop_accepting()).size(); });
+    EXPECT_EQ(rest.wait(), std::optional<std::size_t>(0));
+  }
+  EXPECT_TRUE(eventually([&] { return sg::testing::ring_ops_in_flight(rt) == 0; }, 5s));
+}
+
 }  // namespace
 }  // namespace sg::io
