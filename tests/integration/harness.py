@@ -513,13 +513,18 @@ def request_once(port, method, path, headers=None, body=b"", host="test.local", 
         c.close()
 
 
+def tls_public_listener():
+    """The 'public' listener on port 0 over TLS, with the tests' shared server certificate."""
+    import certs  # noqa: E402
+    cert, key = certs.shared().server
+    return (f"  - name: public\n    address: 127.0.0.1:0\n"
+            f"    tls:\n      certificates: [{{ cert: {cert}, key: {key} }}]\n")
+
+
 def config(listeners=None, clusters="", routes="", extra="", admin="127.0.0.1:0", logging="access_log: { enabled: true }"):
-    """A test config: listeners default to one 'public' listener on port 0."""
+    """A test config: listeners default to one 'public' listener on port 0 (over TLS in TLS_MODE)."""
     if not listeners and TLS_MODE:
-        import certs  # noqa: E402
-        cert, key = certs.shared().server
-        listeners = (f"  - name: public\n    address: 127.0.0.1:0\n"
-                     f"    tls:\n      certificates: [{{ cert: {cert}, key: {key} }}]\n")
+        listeners = tls_public_listener()
     listeners = listeners or "  - name: public\n    address: 127.0.0.1:0\n"
     out = f"runtime:\n  worker_threads: 2\nadmin:\n  address: {admin}\nlisteners:\n{listeners}"
     if clusters:

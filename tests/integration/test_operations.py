@@ -14,7 +14,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import temp_dir, TIMEOUT_SCALE, BIN, Client, RefusingAddress, Stealgate, Upstream, config, listening_sockets, main, request_once, tls_client_context  # noqa: E402
+from harness import temp_dir, TIMEOUT_SCALE, BIN, Client, RefusingAddress, Stealgate, Upstream, config, listening_sockets, main, request_once, tls_client_context, tls_public_listener  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 
@@ -244,11 +244,7 @@ class SocketPerWorkerTest(unittest.TestCase):
         # On io_uring: a copy of the socket's descriptor per worker, each with an accept loop
         # pinned to its worker, taking one connection per wait (a connection goes to a
         # worker waiting for one). On epoll, one loop.
-        import certs  # noqa: E402
-        cert, key = certs.shared().server
-        tls = ("  - name: public\n    address: 127.0.0.1:0\n    tls:\n      certificates:\n"
-               f"        - {{ cert: {cert}, key: {key} }}\n")
-        sg = Stealgate(config(listeners=tls, routes=direct_routes()))
+        sg = Stealgate(config(listeners=tls_public_listener(), routes=direct_routes()))
         uring = sg.io_driver() == "io_uring"
         sg.wait_log(r"listener public on 127\.0\.0\.1:0 \(port \d+\)" + (", accepting on 2 workers" if uring else "") +
                     ", TLS$")

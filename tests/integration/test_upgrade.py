@@ -15,7 +15,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import temp_dir, BIN, SANITIZER_MARKERS, TIMEOUT_SCALE, TLS_MODE, Client, Stealgate, Upstream, config, listening_inodes, main, request_once, tls_client_context  # noqa: E402
+from harness import temp_dir, BIN, SANITIZER_MARKERS, TIMEOUT_SCALE, TLS_MODE, Client, Stealgate, Upstream, config, listening_inodes, main, request_once, tls_client_context, tls_public_listener  # noqa: E402
 
 # The new process outlives the old one, its parent: as a subreaper this test process
 # inherits it, so its exit status can be checked like any child's.
@@ -194,10 +194,7 @@ class BinaryUpgradeTest(unittest.TestCase):
     def test_upgrade_hands_over_a_tls_listeners_shared_socket_once(self):
         # On io_uring every worker accepts from a TLS listener's one socket, each through a
         # copy of its descriptor: the copies are not sockets to hand over.
-        import certs  # noqa: E402
-        cert, key = certs.shared().server
-        sg = Stealgate(upgrade_config(self.up, "  - name: public\n    address: 127.0.0.1:0\n    tls:\n"
-                                               f"      certificates:\n        - {{ cert: {cert}, key: {key} }}\n"))
+        sg = Stealgate(upgrade_config(self.up, tls_public_listener()))
         shared = ", accepting on 2 workers" if sg.io_driver() == "io_uring" else ""
         sg.wait_log(r"listener public on \S+ \(port \d+\)" + shared + ", TLS$")
         port = sg.port

@@ -31,6 +31,15 @@ inline int connect_loopback(uint16_t port) {
   return fd;
 }
 
+// The local port of the client socket `fd` (what the server sees as its peer's port); 0
+// when the socket cannot say.
+inline uint16_t local_port(int fd) {
+  sockaddr_in local{};
+  socklen_t len = sizeof(local);
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) != 0) return 0;
+  return ntohs(local.sin_port);
+}
+
 // Whether `fd` is in the kernel's delayed-ACK ("pingpong") mode, where draining the socket
 // does not send the window update a stalled sender waits for: getsockopt(TCP_QUICKACK)
 // reads 0 then. setsockopt(TCP_QUICKACK, 0) enters the mode; io::push_window_update leaves it.

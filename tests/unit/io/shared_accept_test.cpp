@@ -130,12 +130,11 @@ TEST_P(SharedAccept, EachConnectionComesWithItsPeersAddress) {
     }
     const int client = connect_loopback(bound->local_endpoint().port());
     ASSERT_GE(client, 0);
-    sockaddr_in local{};
-    socklen_t len = sizeof(local);
-    ASSERT_EQ(::getsockname(client, reinterpret_cast<sockaddr*>(&local), &len), 0);
+    const uint16_t port = sg::testing::local_port(client);
+    ASSERT_NE(port, 0);
     auto peer = accepted.wait();
     ASSERT_TRUE(peer.has_value());
-    EXPECT_EQ(peer->port(), ntohs(local.sin_port)) << "connection " << i;
+    EXPECT_EQ(peer->port(), port) << "connection " << i;
     EXPECT_EQ(peer->address().to_string(), "127.0.0.1");
     ::close(client);
   }

@@ -170,16 +170,15 @@ TEST_P(Tcp, AcceptedStreamsAreNonBlockingWithNodelayAndAcceptReportsThePeer) {
   });
   int fd = connect_loopback(port);
   ASSERT_GE(fd, 0);
-  sockaddr_in local{};
-  socklen_t len = sizeof(local);
-  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len), 0);
+  const uint16_t client_port = sg::testing::local_port(fd);
+  ASSERT_NE(client_port, 0);
   auto result = server.wait();
   ASSERT_TRUE(result.has_value());
   const Seen& seen = *result;
   EXPECT_NE(seen.nodelay, 0) << "TCP_NODELAY must be inherited from the listener";
   EXPECT_TRUE(seen.nonblocking);
   EXPECT_EQ(seen.peer.address().to_string(), "127.0.0.1");
-  EXPECT_EQ(seen.peer.port(), ntohs(local.sin_port));
+  EXPECT_EQ(seen.peer.port(), client_port);
   ::close(fd);
 }
 
