@@ -25,6 +25,9 @@ struct RequestContext {
   std::string_view client_ip;
   std::string_view client;  // ip:port
   const io::TlsSummary* tls = nullptr;  // the client connection's TLS; null when plain
+  // The connection's local address as "ip:port" where the listener knows it (bound to one
+  // address: ListenerState::local_authority); empty: the socket is asked when needed.
+  std::string_view local_authority;
   std::string route = "-";
   int route_index = -1;       // index in the snapshot's route table, -1 = none matched
   std::string cluster = "-";

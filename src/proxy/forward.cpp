@@ -210,8 +210,10 @@ Verdict Exchange::prepare() {
   ForwardInfo info{ctx_.client_ip, ctx_.request_id.view(), ctx_.tls != nullptr ? "https" : "http", upgrade_, {}};
   std::string local_authority;
   if (req_.authority.empty() && req_.headers.get("Host") == nullptr) {
-    local_authority = io::endpoint_text(down_.client.local_endpoint());  // a syscall: only for such requests
-    info.default_authority = local_authority;
+    // The address the request came to: the listener's own, or (a wildcard listener) the
+    // socket's, a syscall only for such requests.
+    if (ctx_.local_authority.empty()) local_authority = io::endpoint_text(down_.client.local_endpoint());
+    info.default_authority = ctx_.local_authority.empty() ? std::string_view(local_authority) : ctx_.local_authority;
   }
   append_upstream_request_head(head_bytes_.str(), req_, rewritten_target(req_, rcfg_), &rcfg_, info);
 

@@ -228,7 +228,9 @@ std::string Gateway::bind_listener(const config::ListenerSection& l, std::shared
   ls->gateway = this;
   ls->key = listener_key(l);
   ls->address = l.address.text();
-  ls->bound_port = got.listeners.front().local_endpoint().port();
+  const io::tcp::endpoint bound = got.listeners.front().local_endpoint();
+  ls->bound_port = bound.port();
+  if (!bound.address().is_unspecified()) ls->local_authority = io::endpoint_text(bound);
   ls->inherited = got.inherited;
   ls->sockets = std::move(got.listeners);
   // A TLS listener's one socket is accepted from on every worker (io_uring): a new

@@ -74,6 +74,10 @@ struct ListenerState {
   std::vector<io::TcpListener> sockets;
   bool shared = false;  // sockets[1..] are copies of sockets[0]
   uint16_t bound_port = 0;
+  // "ip:port" when the listener is bound to one address, which is then every accepted
+  // connection's local address too (the authority of a request without one, RFC 9112
+  // §3.3, with no getsockname per request); empty for a wildcard address.
+  std::string local_authority;
   bool inherited = false;  // adopted from socket activation instead of bound here
   std::vector<exec::JoinHandle<void>> accept_tasks;
   std::atomic<bool> stopping{false};

@@ -227,6 +227,7 @@ exec::Task<bool> serve_request(Gateway& gw, ListenerState& ls, const http::HeadR
   ctx.client = peer;
   ctx.client_ip = who.ip();
   ctx.tls = client_tls(client);
+  ctx.local_authority = ls.local_authority;
   // The snapshot current when the request arrived serves it to the end.
   // (Most requests find the snapshot the connection already holds: no lookup then.)
   std::shared_ptr<const Snapshot> snap = gw.snapshot();

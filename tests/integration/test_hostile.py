@@ -4,6 +4,7 @@ are allowed (and h2c that is not), HTAB as OWS in framing fields, the default li
 connect failures that cost nothing by default."""
 import os
 import re
+import socket
 import sys
 import time
 import unittest
@@ -315,6 +316,23 @@ class FramingOwsAndLimitsTest(AppCase):
         status, _ = get(self.sg.port, target)
         self.assertEqual(status, 200)
         self.assertEqual([len(e["target"]) for e in self.up.log()][-1], 8 * 1024)
+
+
+class WildcardListenerTest(AppCase):
+    LISTENERS = "  - name: public\n    address: 0.0.0.0:0\n"
+
+    def test_an_http10_request_without_host_names_the_address_its_connection_came_to(self):
+        # A listener on every address cannot name one: each connection's own local address
+        # is the authority (RFC 9112 §3.3), whichever loopback address the client dialled.
+        for ip in ("127.0.0.1", "127.0.0.2"):
+            with socket.create_connection((ip, self.sg.port), timeout=5) as s:
+                s.sendall(b"GET /v10 HTTP/1.0\r\n\r\n")
+                reply = b""
+                while chunk := s.recv(65536):
+                    reply += chunk
+            self.assertTrue(reply.startswith(b"HTTP/1.1 200 "), reply[:80])
+        hosts = [[v for k, v in e["headers"] if k.lower() == "host"] for e in self.up.log()]
+        self.assertEqual(hosts, [[f"127.0.0.1:{self.sg.port}"], [f"127.0.0.2:{self.sg.port}"]])
 
 
 class DeadEndpointTest(unittest.TestCase):
