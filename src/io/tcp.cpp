@@ -473,7 +473,7 @@ struct AcceptsAwaiter {
 // The peer's address as an accept on the ring reported it (single-shot accepts), if it did.
 std::optional<tcp::endpoint> reported_peer(const Accepted& a) {
   tcp::endpoint ep;
-  if (a.peer == nullptr || a.peer_len == 0 || a.peer_len > ep.capacity()) return std::nullopt;
+  if (a.peer_len == 0 || a.peer_len > ep.capacity()) return std::nullopt;
   std::memcpy(ep.data(), a.peer, a.peer_len);
   ep.resize(a.peer_len);
   return ep;

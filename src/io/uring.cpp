@@ -366,9 +366,9 @@ Accepted take_accepted(UringOp* op) noexcept {
       q.fds.clear();
       q.head = 0;
     }
-    // (Read under the lock that the completion took after the kernel wrote it.)
-    if (q.peer_len != 0) return {fd, false, 0, reinterpret_cast<const sockaddr*>(&q.peer), q.peer_len};
-    return {fd, false, 0};
+    // (The address is read under the lock that the completion took after the kernel wrote
+    // it; a multishot accept's peer_len stays 0: none reported.)
+    return {fd, false, 0, reinterpret_cast<const sockaddr*>(&q.peer), q.peer_len};
   }
   // Relaxed: `completed` and `res` are written under the lock held here.
   if (op->completed.load(std::memory_order_relaxed)) return {-1, true, op->res};

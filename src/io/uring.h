@@ -205,8 +205,8 @@ struct Accepted {
   int fd = -1;         // >= 0: a connection
   bool ended = false;  // no connection, and none will come: `error` says why
   int error = 0;       // -errno, or 0
-  // The peer's address, where the accept reported it (single-shot accepts); it lives in
-  // the operation, as long as the caller's reference to it.
+  // The peer's address, where the accept reported it (single-shot accepts; peer_len 0:
+  // none); it lives in the operation, as long as the caller's reference to it.
   const sockaddr* peer = nullptr;
   socklen_t peer_len = 0;
 };

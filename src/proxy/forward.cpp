@@ -208,12 +208,15 @@ Verdict Exchange::prepare() {
   if (upgrade_refused) gw_.stats().upgrades_refused.fetch_add(1, std::memory_order_relaxed);
   if (upgrade_.empty()) down_.reader.parser().refuse_upgrade();
   ForwardInfo info{ctx_.client_ip, ctx_.request_id.view(), ctx_.tls != nullptr ? "https" : "http", upgrade_, {}};
-  std::string local_authority;
+  std::string asked;  // a wildcard listener's connection: the socket's own address
   if (req_.authority.empty() && req_.headers.get("Host") == nullptr) {
-    // The address the request came to: the listener's own, or (a wildcard listener) the
-    // socket's, a syscall only for such requests.
-    if (ctx_.local_authority.empty()) local_authority = io::endpoint_text(down_.client.local_endpoint());
-    info.default_authority = ctx_.local_authority.empty() ? std::string_view(local_authority) : ctx_.local_authority;
+    // The address the request came to: the listener's, or else the socket's (a syscall,
+    // only for such requests).
+    info.default_authority = ctx_.local_authority;
+    if (info.default_authority.empty()) {
+      asked = io::endpoint_text(down_.client.local_endpoint());
+      info.default_authority = asked;
+    }
   }
   append_upstream_request_head(head_bytes_.str(), req_, rewritten_target(req_, rcfg_), &rcfg_, info);
 

@@ -4,7 +4,6 @@ are allowed (and h2c that is not), HTAB as OWS in framing fields, the default li
 connect failures that cost nothing by default."""
 import os
 import re
-import socket
 import sys
 import time
 import unittest
@@ -40,9 +39,9 @@ PATH_SPELLINGS = [
 ]
 
 
-def raw(port, request, read_timeout=5):
+def raw(port, request, read_timeout=5, ip="127.0.0.1"):
     """Sends one raw request on a new connection, returns (status, response bytes)."""
-    c = Client(port, timeout=read_timeout)
+    c = Client(port, timeout=read_timeout, ip=ip)
     try:
         c.send(request)
         r = c.read_response()
@@ -325,12 +324,8 @@ class WildcardListenerTest(AppCase):
         # A listener on every address cannot name one: each connection's own local address
         # is the authority (RFC 9112 §3.3), whichever loopback address the client dialled.
         for ip in ("127.0.0.1", "127.0.0.2"):
-            with socket.create_connection((ip, self.sg.port), timeout=5) as s:
-                s.sendall(b"GET /v10 HTTP/1.0\r\n\r\n")
-                reply = b""
-                while chunk := s.recv(65536):
-                    reply += chunk
-            self.assertTrue(reply.startswith(b"HTTP/1.1 200 "), reply[:80])
+            status, _ = raw(self.sg.port, "GET /v10 HTTP/1.0\r\n\r\n", ip=ip)
+            self.assertEqual(status, 200, ip)
         hosts = [[v for k, v in e["headers"] if k.lower() == "host"] for e in self.up.log()]
         self.assertEqual(hosts, [[f"127.0.0.1:{self.sg.port}"], [f"127.0.0.2:{self.sg.port}"]])
 
