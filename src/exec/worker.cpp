@@ -155,15 +155,7 @@ void Worker::run() {
     }
     clock = 0;
     end_batch();
-    // The batch's submissions go to the kernel before we look elsewhere. Completions that
-    // are already on our own ring are our work: we take them before looking at the other
-    // workers' queues, and without the idle protocol (searching, parked, unparked: shared
-    // state and a mutex) that a park which returns at once would go through.
-    if (parker_.flush()) {
-      start_batch();
-      visit_driver();
-      continue;
-    }
+    parker_.flush();  // the batch's submissions go to the kernel before we look elsewhere
     if (TaskHeader* t = steal_work()) {
       start_batch();
       clock = run_task(t, 0);

@@ -599,7 +599,7 @@ uint32_t UringDriver::reap(uint32_t max_events) {
   return n;
 }
 
-bool UringDriver::flush() {
+void UringDriver::flush() {
   // With GETEVENTS (waiting for none): under DEFER_TASKRUN the kernel runs a linked
   // operation (the close behind a connection's last send, chain_fin) as task work, and
   // only such an entry runs it, so the FIN leaves with this submit, not at the next poll.
@@ -608,7 +608,6 @@ bool UringDriver::flush() {
   // with a new connection per request.
   if (io_uring_sq_ready(&ring_) != 0) io_uring_submit_and_get_events(&ring_);
   hand_over_lingering();
-  return io_uring_cq_ready(&ring_) != 0 || (IO_URING_READ_ONCE(*ring_.sq.kflags) & IORING_SQ_TASKRUN) != 0;
 }
 
 uint32_t UringDriver::poll(uint32_t max_events) {
