@@ -33,9 +33,11 @@ class Driver {
   virtual void detach() {}
   // A driver that queues submissions (io_uring) flushes them here, whenever its worker's
   // local queue runs dry (before it steals or parks); others leave batches_submissions()
-  // false and are not called.
+  // false and are not called. Returns whether completions are ready for a poll() to
+  // dispatch now (posted, or waiting to be run by the next entry into the kernel): the
+  // worker then takes them instead of stealing or parking.
   virtual bool batches_submissions() const { return false; }
-  virtual void flush() {}
+  virtual bool flush() { return false; }
   // Destroys everything still pending (handlers complete their waits as aborted). Called
   // once, after the workers have stopped: a per-worker driver by its worker's thread, as
   // the last thing it does (an io_uring ring takes submissions from that thread only).

@@ -85,15 +85,16 @@ void Parker::park_driver(uint32_t max_events, std::optional<std::chrono::millise
   state_.exchange(kEmpty, std::memory_order_seq_cst);
 }
 
-bool Parker::poll_driver(uint32_t max_events) {
-  if (!driver_->lock.try_lock()) return false;
+std::optional<uint32_t> Parker::poll_driver(uint32_t max_events) {
+  if (!driver_->lock.try_lock()) return std::nullopt;
+  uint32_t events = 0;
   {
     DriverScope scope;
-    auto fired = static_cast<uint32_t>(driver_->timers->process(Clock::now(), max_events, driver_->timer_group));
-    driver_->driver->poll(max_events - fired);
+    events = static_cast<uint32_t>(driver_->timers->process(Clock::now(), max_events, driver_->timer_group));
+    events += driver_->driver->poll(max_events - events);
   }
   driver_->lock.unlock();
-  return true;
+  return events;
 }
 
 void Parker::unpark() {

@@ -32,14 +32,16 @@ class Parker {
   // either case no longer than `limit` when one is given. Returns true when this thread
   // drove the I/O driver.
   bool park(uint32_t max_events, std::optional<std::chrono::milliseconds> limit = std::nullopt);
-  // Polls the driver without blocking if no other thread holds it. True if it polled.
-  bool poll_driver(uint32_t max_events);
+  // Polls the driver without blocking: due timers and ready I/O, up to max_events. Returns
+  // how many it dispatched, or nullopt when another thread holds the driver (a shared one).
+  std::optional<uint32_t> poll_driver(uint32_t max_events);
   void unpark();
   // A per-worker driver's thread hooks (exec::Driver::attach/detach), and the flush of
-  // queued submissions at the end of a batch (a no-op test when the driver queues none).
+  // queued submissions at the end of a batch (a no-op test when the driver queues none),
+  // which says whether completions are ready to poll (exec::Driver::flush).
   void attach() { if (driver_->own) driver_->driver->attach(); }
   void detach() { if (driver_->own) driver_->driver->detach(); }
-  void flush() { if (driver_->flushes) driver_->driver->flush(); }
+  bool flush() { return driver_->flushes && driver_->driver->flush(); }
   // A per-worker driver is shut down by its worker's thread, the last thing it does.
   void shutdown_own_driver() { if (driver_->own) driver_->driver->shutdown(); }
 

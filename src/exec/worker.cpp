@@ -8,10 +8,13 @@
 //      behind local ping-pong); otherwise the priority lane (at most kMaxPriorityStreak in
 //      a row while other work waits), LIFO slot, local queue, then that share of the
 //      injection queue (enough to fill the local queue to half, at least one task).
-//   3. steal_work(): become a searcher (at most half the workers at once), steal half of a
+//   3. A per-worker driver that batches submissions (io_uring) flushes them; if its own
+//      ring already holds completions, the worker polls them and starts over (while such
+//      a poll dispatches something), without stealing or the idle protocol.
+//   4. steal_work(): become a searcher (at most half the workers at once), steal half of a
 //      random victim's priority lane, else of its queue; finally look at the injection
 //      queue once more.
-//   4. park(): register as sleeping (the last searcher re-checks every queue), then sleep
+//   5. park(): register as sleeping (the last searcher re-checks every queue), then sleep
 //      on the condvar, or in the I/O driver if no other worker is driving it.
 // run_task() polls a task, then up to max_lifo_polls_per_tick tasks from the LIFO slot
 // (the task the previous one woke: request/response locality); past the cap the slot is
@@ -155,7 +158,18 @@ void Worker::run() {
     }
     clock = 0;
     end_batch();
-    parker_.flush();  // the batch's submissions go to the kernel before we look elsewhere
+    // The batch's submissions go to the kernel before we look elsewhere. Completions that
+    // are already on our own ring are our work: we take them before looking at the other
+    // workers' queues, and without the idle protocol (searching, parked, unparked: shared
+    // state and a mutex) that a park which returns at once would go through.
+    // Only while such a visit dispatches something: a ring can say it is ready and then
+    // yield nothing (io_uring's task-work flag, left set: io/uring.cpp, flush), and a
+    // worker that kept visiting it spun a CPU while the gateway was idle. A visit that
+    // finds nothing goes on to stealing and the park, whose wait sleeps.
+    if (parker_.flush()) {
+      start_batch();
+      if (visit_driver() != 0) continue;
+    }
     if (TaskHeader* t = steal_work()) {
       start_batch();
       clock = run_task(t, 0);
@@ -583,12 +597,14 @@ void Worker::maintenance_tick() {
   maintenance();
 }
 
-void Worker::visit_driver() {
+uint32_t Worker::visit_driver() {
   // Submits what is queued, and dispatches completions onto our queue; what we cannot
   // run soon, another worker may steal.
-  if (parker_.poll_driver(driver_budget())) ++counters_.driver_polls;
+  const std::optional<uint32_t> events = parker_.poll_driver(driver_budget());
+  if (events) ++counters_.driver_polls;
   driver_visit_tick_ = tick_;
   if (should_notify_others()) scheduler_->notify_parked();
+  return events.value_or(0);
 }
 
 uint32_t Worker::driver_budget() const {

@@ -102,7 +102,7 @@ class Worker {
   std::optional<std::chrono::milliseconds> reclaim_limit(uint64_t now);
   void reclaim_if_idle();
   void maintenance_tick();
-  void visit_driver();
+  uint32_t visit_driver();
   void maintenance();
   bool should_notify_others() const;
   void start_batch();

@@ -599,7 +599,7 @@ uint32_t UringDriver::reap(uint32_t max_events) {
   return n;
 }
 
-void UringDriver::flush() {
+bool UringDriver::flush() {
   // With GETEVENTS (waiting for none): under DEFER_TASKRUN the kernel runs a linked
   // operation (the close behind a connection's last send, chain_fin) as task work, and
   // only such an entry runs it, so the FIN leaves with this submit, not at the next poll.
@@ -608,6 +608,12 @@ void UringDriver::flush() {
   // with a new connection per request.
   if (io_uring_sq_ready(&ring_) != 0) io_uring_submit_and_get_events(&ring_);
   hand_over_lingering();
+  // Ready: CQEs posted, or task work the next entry posts. The flag can also be left set
+  // with no work behind it (a completion that queues task work sets it after adding its
+  // item, and the worker's entry in between may already have run that item and cleared
+  // the flag), until the ring's next completion; the worker's visit then dispatches
+  // nothing and it parks (exec/worker.cpp), where a wait for one completion sleeps.
+  return io_uring_cq_ready(&ring_) != 0 || (IO_URING_READ_ONCE(*ring_.sq.kflags) & IORING_SQ_TASKRUN) != 0;
 }
 
 uint32_t UringDriver::poll(uint32_t max_events) {

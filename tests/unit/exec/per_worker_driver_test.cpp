@@ -9,7 +9,9 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <coroutine>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "exec/runtime.h"
@@ -196,6 +198,117 @@ TEST(PerWorkerDrivers, TheVisitAfterALongPollCanBeTurnedOff) {
   Runtime rt(cfg, d.factory());
   EXPECT_LE(driver_polls_during(rt, *d.all[0], 30, 300us), 1);  // (an event_interval tick may fall in)
   EXPECT_EQ(rt.stats().total().overdue_driver_polls, 0u);
+}
+
+// A driver that batches submissions, as io_uring does: an operation (FakeIo) queues its
+// waker on the driver of the worker it runs on, and the completion is ready by the time
+// the worker flushes (flush() says so); poll() and park() both complete what is ready.
+class ReadyAtFlushDriver final : public Driver {
+ public:
+  uint32_t park(uint32_t max, std::optional<std::chrono::milliseconds> timeout) override {
+    parks.fetch_add(1);
+    if (const uint32_t n = complete(max)) return n;
+    return sleep_.park(max, timeout);
+  }
+  uint32_t poll(uint32_t max) override {
+    polls.fetch_add(1);
+    return complete(max);
+  }
+  void unpark() override { sleep_.unpark(); }
+  bool batches_submissions() const override { return true; }
+  bool flush() override { return !ready_.empty(); }
+  void shutdown() override {}
+  void submit(Waker w) { ready_.push_back(std::move(w)); }  // only from its worker's thread
+
+  std::atomic<int> parks{0};
+  std::atomic<int> polls{0};
+
+ private:
+  uint32_t complete(uint32_t max) {
+    uint32_t n = 0;
+    for (; n < max && !ready_.empty(); ++n) {
+      Waker w = std::move(ready_.front());
+      ready_.erase(ready_.begin());
+      std::move(w).wake();
+    }
+    return n;
+  }
+  std::vector<Waker> ready_;
+  SleepDriver sleep_;
+};
+
+std::vector<ReadyAtFlushDriver*> ready_at_flush_drivers;
+
+struct FakeIo {
+  bool await_ready() const noexcept { return false; }
+  void await_suspend(std::coroutine_handle<> h) { ready_at_flush_drivers[tl_ctx.worker_index]->submit(arm_wait(h)); }
+  void await_resume() const noexcept {}
+};
+
+// Completions already on a worker's own driver when its queue runs dry are taken with a
+// poll, before stealing and without parking: a park that returns at once still goes
+// through the idle protocol (shared state and a mutex), and a steal would take another
+// worker's tasks while our own wait.
+TEST(PerWorkerDrivers, CompletionsReadyAtTheFlushArePolledWithoutParking) {
+  ready_at_flush_drivers.clear();
+  Runtime rt(workers(1), [](std::size_t) {
+    auto d = std::make_unique<ReadyAtFlushDriver>();
+    ready_at_flush_drivers.push_back(d.get());
+    return d;
+  });
+  ReadyAtFlushDriver& d = *ready_at_flush_drivers[0];
+  auto r = rt.block_on([&]() -> Task<std::pair<int, int>> {
+    const int parks = d.parks.load(), polls = d.polls.load();
+    for (int i = 0; i < 1000; ++i) co_await FakeIo{};
+    co_return std::pair{d.parks.load() - parks, d.polls.load() - polls};
+  });
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->first, 0) << "parks while every completion was ready at the flush";
+  EXPECT_GE(r->second, 1000);
+}
+
+// A ring that says completions are ready at every flush and then dispatches nothing
+// (a wake-up's or a cancel's completion, which wakes no task) must not keep its worker
+// polling: the worker goes on to park, and sleeps there until its timer is due.
+class AlwaysReadyDriver final : public Driver {
+ public:
+  uint32_t park(uint32_t max, std::optional<std::chrono::milliseconds> timeout) override {
+    parks.fetch_add(1);
+    return sleep_.park(max, timeout);
+  }
+  uint32_t poll(uint32_t) override {
+    polls.fetch_add(1);
+    return 0;
+  }
+  void unpark() override { sleep_.unpark(); }
+  bool batches_submissions() const override { return true; }
+  bool flush() override { return true; }
+  void shutdown() override {}
+
+  std::atomic<int> parks{0};
+  std::atomic<int> polls{0};
+
+ private:
+  SleepDriver sleep_;
+};
+
+TEST(PerWorkerDrivers, ARingReadyWithNothingToDispatchLetsItsWorkerSleep) {
+  AlwaysReadyDriver* driver = nullptr;
+  Runtime rt(workers(1), [&](std::size_t) {
+    auto d = std::make_unique<AlwaysReadyDriver>();
+    driver = d.get();
+    return d;
+  });
+  auto polls = rt.block_on([&]() -> Task<int> {
+    const int before = driver->polls.load();
+    co_await sleep_for(50ms);
+    co_return driver->polls.load() - before;
+  });
+  ASSERT_TRUE(polls.has_value());
+  // One visit per wake-up at most (the sleep's park, and any maintenance); a worker that
+  // looped on the ring's word would poll it millions of times in 50 ms.
+  EXPECT_LE(*polls, 20);
+  EXPECT_GE(driver->parks.load(), 1);
 }
 
 // Where each driver was attached (its worker's thread) and where it was shut down, kept
