@@ -268,8 +268,9 @@ TEST(PerWorkerDrivers, CompletionsReadyAtTheFlushArePolledWithoutParking) {
 }
 
 // A ring that says completions are ready at every flush and then dispatches nothing
-// (a wake-up's or a cancel's completion, which wakes no task) must not keep its worker
-// polling: the worker goes on to park, and sleeps there until its timer is due.
+// (io_uring's task-work flag, left set with no work behind it: io/uring.cpp, flush) must
+// not keep its worker polling: the worker goes on to park, and sleeps there until its
+// timer is due.
 class AlwaysReadyDriver final : public Driver {
  public:
   uint32_t park(uint32_t max, std::optional<std::chrono::milliseconds> timeout) override {
