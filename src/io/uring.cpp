@@ -613,16 +613,14 @@ bool UringDriver::flush() {
   // item, and the worker's entry in between may already have run that item and cleared
   // the flag), until the ring's next completion; the worker's visit then dispatches
   // nothing and it parks (exec/worker.cpp), where a wait for one completion sleeps.
-  return io_uring_cq_ready(&ring_) != 0 || (IO_URING_READ_ONCE(*ring_.sq.kflags) & IORING_SQ_TASKRUN) != 0;
+  return io_uring_cq_ready(&ring_) != 0 || task_work_pending();
 }
 
 uint32_t UringDriver::poll(uint32_t max_events) {
   drain_remote();
   sweep_lingering();
-  // Entering the kernel also posts completions whose task work is pending (TASKRUN_FLAG).
-  if (io_uring_sq_ready(&ring_) != 0 || (IO_URING_READ_ONCE(*ring_.sq.kflags) & IORING_SQ_TASKRUN) != 0) {
-    io_uring_submit_and_get_events(&ring_);
-  }
+  // Entering the kernel also posts completions whose task work is pending.
+  if (io_uring_sq_ready(&ring_) != 0 || task_work_pending()) io_uring_submit_and_get_events(&ring_);
   hand_over_lingering();
   return reap(max_events);
 }

@@ -343,6 +343,9 @@ class UringDriver final : public exec::Driver {
   friend void close_after_send(UringOp* send, UringOp* recv, std::string tail) noexcept;
   UringDriver() = default;
 
+  // The kernel holds completions' task work that the ring's next entry runs and posts
+  // (IORING_SQ_TASKRUN, with DEFER_TASKRUN and TASKRUN_FLAG).
+  bool task_work_pending() const { return (IO_URING_READ_ONCE(*ring_.sq.kflags) & IORING_SQ_TASKRUN) != 0; }
   // An operation (with `extra` bytes after it) that wakes `w` with `tag`, counted in flight.
   UringOp* new_waited_op(std::size_t extra, exec::Waker w, std::size_t tag);
   void setup_buffers();
