@@ -82,7 +82,8 @@ exec::Task<void> serve_admin(proxy::Gateway& gw, io::Stream s) {
     if (req.path == "/metrics") {
       // Listing /proc/self/fd takes milliseconds with thousands of connections (8 ms at
       // 10k): on the blocking pool, not on a worker.
-      if (auto r = co_await exec::spawn_blocking([] { return metrics::read_process_stats(); })) process = *r;
+      auto read = [workers = gw.runtime().exec().worker_thread_ids()] { return metrics::read_process_stats(workers); };
+      if (auto r = co_await exec::spawn_blocking(std::move(read))) process = *r;
     }
     std::string out = admin_response(gw, req.method, req.path, req.is_head(), req.query, process);
     if (co_await s.write_all(out, io::Deadline::after(10s))) break;

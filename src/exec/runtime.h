@@ -153,6 +153,8 @@ class Runtime {
   Handle handle() const noexcept { return Handle(s_.get()); }
   const RuntimeConfig& config() const noexcept { return s_->config(); }
   RuntimeStats stats() const { return s_->stats(); }
+  // The kernel's ids of the worker threads, by index (0 for one not started yet).
+  std::vector<int> worker_thread_ids() const { return s_->worker_thread_ids(); }
 
   template <class F>
   auto spawn(F&& f, const TaskLabel& label = {}) const {

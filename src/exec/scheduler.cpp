@@ -193,4 +193,10 @@ RuntimeStats Scheduler::stats() const {
   return s;
 }
 
+std::vector<int> Scheduler::worker_thread_ids() const {
+  std::vector<int> ids;
+  for (const auto& w : workers_) ids.push_back(w->os_thread_id());
+  return ids;
+}
+
 }  // namespace sg::exec

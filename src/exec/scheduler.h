@@ -99,6 +99,8 @@ class Scheduler {
   BlockingPool& blocking() { return *blocking_; }
   std::size_t num_workers() const { return workers_.size(); }
   Worker& worker(std::size_t i) { return *workers_[i]; }
+  // The kernel's ids of the worker threads, by index (0 for one not started yet).
+  std::vector<int> worker_thread_ids() const;
   bool is_worker_thread() const;
 
  private:

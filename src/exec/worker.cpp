@@ -35,6 +35,7 @@
 
 #include <pthread.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <mutex>
@@ -132,6 +133,7 @@ void* Worker::thread_main(void* self) {
 
 void Worker::run() {
   enable_task_cache();  // before anything else allocates on this thread
+  os_thread_id_.store(static_cast<int>(::gettid()), std::memory_order_relaxed);
   ThreadContext& c = tl_ctx;
   c.scheduler = scheduler_;
   c.worker = this;

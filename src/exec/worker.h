@@ -58,6 +58,9 @@ class Worker {
   const PublishedWorkerStats& published() const { return published_; }
   const SlowPollLog& slow_polls() const { return slow_polls_; }
   std::size_t index() const { return index_; }
+  // The kernel's id of the worker's thread (gettid), for its /proc/self/task entry; 0
+  // before the thread started.
+  int os_thread_id() const { return os_thread_id_.load(std::memory_order_relaxed); }
 
   // After wait_stopped(): hands every queued task (LIFO slot first) to `drop`.
   template <class Drop>
@@ -150,6 +153,7 @@ class Worker {
 
   Scheduler* const scheduler_;
   const std::size_t index_;
+  std::atomic<int> os_thread_id_{0};
   const RuntimeConfig& cfg_;
 
   // --- core: touched only by this worker's thread (and by shutdown after join) ---

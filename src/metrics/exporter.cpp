@@ -3,6 +3,7 @@
 #include <prometheus/metric_family.h>
 #include <prometheus/text_serializer.h>
 
+#include <algorithm>
 #include <deque>
 #include <optional>
 #include <sstream>
@@ -432,6 +433,23 @@ void admission_families(Families& fs, proxy::Gateway& gw, const Snap& snap) {
                 {}, gs.admission.wait);
 }
 
+// The workers' threads as the kernel schedules them (absent where it keeps no schedstat).
+void worker_cpu_families(Families& fs, const std::vector<std::optional<ThreadCpuStats>>& workers) {
+  const bool any = std::any_of(workers.begin(), workers.end(), [](const auto& w) { return w.has_value(); });
+  if (!any) return;
+  auto& cpu = fs.family("stealgate_executor_worker_cpu_seconds_total",
+                        "CPU time of a worker's thread (the kernel's schedstat).", MetricType::Counter);
+  auto& wait = fs.family("stealgate_executor_worker_cpu_wait_seconds_total",
+                         "Time a worker's thread was ready to run but waited for a CPU (the kernel's run-queue "
+                         "delay): the CPUs it may use were busy with other threads or processes.",
+                         MetricType::Counter);
+  for (std::size_t w = 0; w < workers.size(); ++w) {
+    if (!workers[w]) continue;
+    Families::add(cpu, {{"worker", std::to_string(w)}}, workers[w]->cpu_seconds);
+    Families::add(wait, {{"worker", std::to_string(w)}}, workers[w]->wait_seconds);
+  }
+}
+
 // Reloads, dropped log lines, the build and the process collector's standard figures.
 void process_families(Families& fs, proxy::Gateway& gw, const std::optional<ProcessStats>& p) {
   proxy::GatewayStats& gs = gw.stats();
@@ -458,6 +476,7 @@ void process_families(Families& fs, proxy::Gateway& gw, const std::optional<Proc
               MetricType::Gauge, p->start_time_seconds);
     fs.scalar("process_open_fds", "Number of open file descriptors.", MetricType::Gauge, p->open_fds);
     fs.scalar("process_max_fds", "Maximum number of open file descriptors.", MetricType::Gauge, p->max_fds);
+    worker_cpu_families(fs, p->workers);
   }
 }
 

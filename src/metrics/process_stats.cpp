@@ -56,7 +56,16 @@ double open_fds() {
 
 }  // namespace
 
-std::optional<ProcessStats> read_process_stats() {
+std::optional<ThreadCpuStats> read_thread_cpu_stats(int tid) {
+  if (tid <= 0) return std::nullopt;
+  // Three numbers: nanoseconds on a CPU, nanoseconds waiting on a run queue, timeslices.
+  std::ifstream f("/proc/self/task/" + std::to_string(tid) + "/schedstat");
+  double on_cpu_ns = 0, waiting_ns = 0;
+  if (!(f >> on_cpu_ns >> waiting_ns)) return std::nullopt;
+  return ThreadCpuStats{on_cpu_ns * 1e-9, waiting_ns * 1e-9};
+}
+
+std::optional<ProcessStats> read_process_stats(const std::vector<int>& worker_tids) {
   auto fields = stat_fields();
   if (!fields) return std::nullopt;
   const auto& t = *fields;
@@ -73,6 +82,7 @@ std::optional<ProcessStats> read_process_stats() {
   s.open_fds = open_fds();
   rlimit lim{};
   if (::getrlimit(RLIMIT_NOFILE, &lim) == 0) s.max_fds = static_cast<double>(lim.rlim_cur);
+  for (int tid : worker_tids) s.workers.push_back(read_thread_cpu_stats(tid));
   return s;
 }
 

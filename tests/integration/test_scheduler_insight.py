@@ -89,6 +89,27 @@ class DebugTasksTest(unittest.TestCase):
             self.assertIn("stealgate_executor_io_uring_receive_buffers", names)
         self.assertEqual(sorted(names - exported), [], "referenced but not exported")
 
+    def test_each_workers_cpu_time_and_wait_for_a_cpu_are_exported(self):
+        def per_worker(text, name):
+            return {int(w): float(v) for w, v in re.findall(name + r'\{worker="(\d+)"\} (\S+)', text)}
+        before = self.sg.exported_metrics("stealgate_executor_worker_cpu_wait_seconds_total")
+        c = Client(self.sg.port)
+        for _ in range(300):
+            self.assertEqual(c.request("GET", "/x").status, 200)
+        after = self.sg.metrics()
+        cpu0 = per_worker(before, "stealgate_executor_worker_cpu_seconds_total")
+        cpu1 = per_worker(after, "stealgate_executor_worker_cpu_seconds_total")
+        wait1 = per_worker(after, "stealgate_executor_worker_cpu_wait_seconds_total")
+        self.assertEqual(sorted(cpu1), [0, 1])  # the config's 2 workers
+        self.assertEqual(sorted(wait1), [0, 1])
+        self.assertGreater(sum(cpu1.values()), sum(cpu0.values()))  # 300 requests took CPU time
+        for w in (0, 1):
+            self.assertGreaterEqual(cpu1[w], cpu0[w])
+            self.assertGreaterEqual(wait1[w], 0.0)
+        # The process's CPU time holds the workers' (and the admin's, the logger's, ...).
+        process = float(re.search(r"^process_cpu_seconds_total (\S+)", after, re.M).group(1))
+        self.assertLessEqual(sum(cpu1.values()), process + 0.02)
+
     def test_busy_share_appears_after_a_second(self):
         debug_tasks(self.sg)
         time.sleep(1.1)
