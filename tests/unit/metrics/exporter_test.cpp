@@ -13,15 +13,12 @@
 
 #include "io/runtime.h"
 #include "proxy/gateway.h"
+#include "series_value.h"
 
 namespace sg {
 namespace {
 
-double series_value(const std::string& text, const std::string& series) {
-  std::size_t pos = text.find("\n" + series + " ");
-  if (pos == std::string::npos) return -1;
-  return std::stod(text.substr(pos + series.size() + 2));
-}
+using testing::series_value;
 
 TEST(Exporter, OverflowFromAFloodedLocalQueueIsExported) {
   exec::RuntimeConfig cfg;
