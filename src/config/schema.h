@@ -52,6 +52,10 @@ struct AdminSection {
 
 enum class OverflowAction { kReject503, kBacklog };
 
+// A listener's listening sockets: one per worker (SO_REUSEPORT) or one. `auto` is one per
+// worker for plain HTTP, on an address no other socket holds, and one for TLS.
+enum class ReusePort { kAuto, kOn, kOff };
+
 // TLS termination on a listener (tls/server_context.h builds it).
 struct TlsCertificate {
   std::string cert;  // PEM: the leaf first, then its chain
@@ -85,7 +89,7 @@ struct ListenerSection {
   std::string name;
   Address address;
   int backlog = 1024;
-  bool reuse_port = false;
+  ReusePort reuse_port = ReusePort::kAuto;
   std::size_t max_connections = 10000;
   OverflowAction on_max_connections = OverflowAction::kReject503;
   Duration header_timeout{10'000};   // first byte to end of request head

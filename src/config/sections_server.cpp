@@ -192,16 +192,20 @@ const Table<ListenerSection>& listener_table() {
       {F::text("name", &L::name, "used by `routes[].match.listener` and metrics labels").shown("`listener<N>`"),
        F::address("address", &L::address, "where to accept connections").require(),
        F::number("backlog", &L::backlog, 1, 65535, "listen(2) backlog"),
-       F::flag("reuse_port", &L::reuse_port,
-               "a listening socket per worker (SO_REUSEPORT), each accepted on its own worker; the kernel spreads new "
-               "connections over them by address hash, not by load. Another process of the same user can then bind "
-               "the address too. Takes effect when the listener is bound (start, binary upgrade). With socket "
-               "activation, hand over a socket per worker (deploy/README.md). Without it, a TLS listener's one "
-               "socket is accepted from on every worker on io_uring, so that a new connection goes to a worker "
-               "waiting for one; on epoll, and for plain HTTP, one worker accepts, and with many new TLS handshakes "
-               "a connection can wait while it computes one (README.md, TLS figures). For plain HTTP with a new "
-               "connection per request it saves about a tenth of the CPU per connection, as nginx's `reuseport` "
-               "does (README.md, Throughput)"),
+       F::choice("reuse_port", &L::reuse_port,
+                 std::vector<std::pair<std::string, ReusePort>>{
+                     {"auto", ReusePort::kAuto}, {"true", ReusePort::kOn}, {"false", ReusePort::kOff}},
+                 "`true`: a listening socket per worker (SO_REUSEPORT), each accepted on its own worker; the kernel "
+                 "spreads new connections over them by address hash, not by load, and another process of the same "
+                 "user may bind the address too and share its connections. `false`: one socket; on io_uring a TLS "
+                 "listener's is accepted from on every worker, so that a new connection goes to a worker waiting for "
+                 "one; otherwise one worker accepts. `auto`: `true` for plain HTTP, except that the address must be "
+                 "free (a second process on it fails as with `false`); `false` for TLS, where a hash can put a "
+                 "connection behind another's handshake (~300 us). A socket per worker saves a tenth to a seventh "
+                 "of the CPU of a new connection (README.md, Throughput). Takes effect when the listener is bound "
+                 "(start, binary upgrade). With socket activation the sockets handed over are used: `auto` keeps one "
+                 "without SO_REUSEPORT as it is; for a socket per worker hand over one per worker "
+                 "(deploy/README.md)"),
        F::number("max_connections", &L::max_connections, 1, 10'000'000, "open client connections on this listener"),
        F::choice("on_max_connections", &L::on_max_connections,
                  std::vector<std::pair<std::string, OverflowAction>>{{"reject", OverflowAction::kReject503},

@@ -119,6 +119,14 @@ Listening listen_on(IoContext ctx, InheritedSockets* inherited, const std::strin
   return out;
 }
 
+namespace {
+bool has_reuse_port(int fd) {
+  int on = 0;
+  socklen_t len = sizeof(on);
+  return ::getsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &on, &len) == 0 && on != 0;
+}
+}  // namespace
+
 ListeningGroup listen_group(IoContext ctx, InheritedSockets* inherited, const std::string& name, tcp::endpoint ep,
                             const ListenOptions& opts, std::size_t want) {
   ListeningGroup out;
@@ -130,8 +138,14 @@ ListeningGroup listen_group(IoContext ctx, InheritedSockets* inherited, const st
   out.inherited = first.inherited;
   out.in_use_waited = first.in_use_waited;
   const tcp::endpoint bound = first.listener->local_endpoint();  // the port, when ep's was 0
+  const bool first_reuses_port = has_reuse_port(first.listener->native_handle());
   out.listeners.push_back(std::move(*first.listener));
   if (!opts.reuse_port) return out;
+  // An inherited socket without SO_REUSEPORT (socket activation's default) can have no
+  // siblings: where the group was asked for only as the default, that is no news.
+  if (opts.exclusive_address && out.inherited && !first_reuses_port) return out;
+  ListenOptions sibling_opts = opts;
+  sibling_opts.exclusive_address = false;  // the first holds the address: the rest join it
   for (std::string ignored; inherited != nullptr;) {
     int fd = inherited->claim(name, bound, ignored);
     if (fd < 0) break;
@@ -143,7 +157,7 @@ ListeningGroup listen_group(IoContext ctx, InheritedSockets* inherited, const st
     out.listeners.push_back(std::move(*adopted));
   }
   while (out.listeners.size() < want && out.note.empty()) {
-    auto sibling = TcpListener::bind(ctx, bound, opts);
+    auto sibling = TcpListener::bind(ctx, bound, sibling_opts);
     if (!sibling.ok()) {
       out.note = "cannot bind another socket beside it: " + sibling.error().message() +
                  (out.inherited ? " (sockets share an address only with SO_REUSEPORT and one owner: hand over a "

@@ -75,7 +75,8 @@ Listening listen_on(IoContext ctx, InheritedSockets* inherited, const std::strin
 // none of its queued connections may be lost), then sockets bound beside them with
 // SO_REUSEPORT until there are `want`: the kernel spreads new connections over the group
 // by their address hash. A sibling that cannot be bound (an inherited socket without
-// SO_REUSEPORT gives EADDRINUSE) ends the group where it is, and `note` says why.
+// SO_REUSEPORT gives EADDRINUSE) ends the group where it is, and `note` says why; with
+// opts.exclusive_address such an inherited socket is the group, and there is no note.
 struct ListeningGroup {
   std::vector<TcpListener> listeners;
   std::string error;  // there is no socket at all

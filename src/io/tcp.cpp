@@ -398,8 +398,14 @@ Result<TcpListener> TcpListener::bind(IoContext io, tcp::endpoint ep, const List
   const int fd = s->native_handle();
   int one = 1;
   if (::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0) return errno_code();
-  if (opts.reuse_port && ::setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) != 0) return errno_code();
+  // A socket with SO_REUSEPORT binds beside any other of the same user that has it; set
+  // after the bind, the bind has checked the address is free, and listen() still puts the
+  // socket in a group that the siblings bound next can join.
+  auto reuse_port = [&] { return ::setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) == 0; };
+  const bool before_bind = opts.reuse_port && !opts.exclusive_address;
+  if (before_bind && !reuse_port()) return errno_code();
   if (::bind(fd, static_cast<const sockaddr*>(ep.data()), static_cast<socklen_t>(ep.size())) != 0) return errno_code();
+  if (opts.reuse_port && !before_bind && !reuse_port()) return errno_code();
   if (::listen(fd, opts.backlog) != 0) return errno_code();
   return TcpListener(std::move(*s), io);
 }

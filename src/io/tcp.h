@@ -151,7 +151,12 @@ inline TcpStream::FlushAwaiter TcpStream::flush(Deadline dl) { return FlushAwait
 
 struct ListenOptions {
   int backlog = 1024;
-  bool reuse_port = false;
+  bool reuse_port = false;  // SO_REUSEPORT: sockets of one owner share the address (listen_group)
+  // With reuse_port, for the first socket of a group: its bind succeeds only on an address
+  // no socket holds (SO_REUSEPORT is set after the bind, before listen), so that a second
+  // process on the address fails as without reuse_port instead of joining the group and
+  // taking part of its connections. The sockets bound beside it join as usual.
+  bool exclusive_address = false;
   // While the address is in use, try again (every 100 ms) for this long: at a restart the
   // previous process may still hold it for a moment (io_uring releases a killed process's
   // sockets only after it has exited). 0: fail at once.

@@ -211,11 +211,13 @@ class SocketPerWorkerTest(unittest.TestCase):
         return sorted((t for t in tasks if t["kind"] == "listener"), key=lambda t: t["name"])
 
     def test_each_worker_accepts_on_a_socket_of_its_own(self):
-        plain = Stealgate(config(routes=direct_routes()))
-        self.assertEqual(listening_sockets(plain.port, plain.proc.pid), 1)
-        plain.stop()
-        sg = Stealgate(config(listeners="  - name: public\n    address: 127.0.0.1:0\n    reuse_port: true\n",
-                              routes=direct_routes()))
+        one = Stealgate(config(listeners="  - name: public\n    address: 127.0.0.1:0\n    reuse_port: false\n",
+                               routes=direct_routes()))
+        one.wait_log(r"listener public on 127\.0\.0\.1:0 \(port \d+\)$")
+        self.assertEqual(listening_sockets(one.port, one.proc.pid), 1)
+        one.stop()
+        # The default (`reuse_port: auto`) for plain HTTP.
+        sg = Stealgate(config(routes=direct_routes()))
         sg.wait_log(r"listener public on 127\.0\.0\.1:0 \(port \d+\), 2 sockets \(reuse_port\)")
         self.assertEqual(listening_sockets(sg.port, sg.proc.pid), 2)
         # New connections from 100 source ports: the kernel's hash gives each socket some
@@ -228,9 +230,14 @@ class SocketPerWorkerTest(unittest.TestCase):
         for t in loops:
             self.assertGreaterEqual(t["wakes"]["io"], 1, t)
         self.assertEqual(sg.metric("stealgate_downstream_connections_total", listener="public"), 100)
-        # Turning reuse_port off by reload keeps the sockets, and says so.
-        self.assertTrue(sg.reload(config(routes=direct_routes())))
+        # `reuse_port: true` by reload makes the same sockets: nothing to say.
+        explicit = "  - name: public\n    address: 127.0.0.1:0\n    reuse_port: true\n"
+        self.assertTrue(sg.reload(config(listeners=explicit, routes=direct_routes())))
+        # Turning it off by reload keeps the sockets, and says so.
+        off = "  - name: public\n    address: 127.0.0.1:0\n    reuse_port: false\n"
+        self.assertTrue(sg.reload(config(listeners=off, routes=direct_routes())))
         sg.wait_log(r"listener public: backlog and reuse_port are settings of its sockets, which a reload keeps")
+        self.assertEqual(sum("reuse_port are settings" in line for line in sg.logs()), 1, "warned at the first reload")
         self.assertEqual(listening_sockets(sg.port, sg.proc.pid), 2)
         self.assertEqual(request_once(sg.port, "GET", "/")[0], 200)
         # A reload that drops the listener closes both sockets.
@@ -318,6 +325,24 @@ class AddressInUseAtStartTest(unittest.TestCase):
         finally:
             held.close()
             sg.stop(expect_rc=None)
+
+    def test_a_second_process_cannot_join_a_listeners_socket_per_worker(self):
+        # `reuse_port: auto` binds a socket per worker, yet only on a free address: a second
+        # stealgate started on it by mistake fails instead of taking part of its connections.
+        first = Stealgate(self.cfg(0))
+        try:
+            first.wait_log(r"listener public on 127\.0\.0\.1:\d+ \(port \d+\), 2 sockets \(reuse_port\)")
+            second = Stealgate(self.cfg(first.port), wait_ready=False)
+            try:
+                self.assertNotEqual(second.proc.wait(timeout=30), 0)
+                second.wait_log(r"cannot listen on 127\.0\.0\.1:\d+: Address already in use \(still, after 2000 ms\)")
+            finally:
+                second.stop(expect_rc=None)
+            self.assertEqual(listening_sockets(first.port), 2)
+            for _ in range(20):
+                self.assertEqual(request_once(first.port, "GET", "/")[0], 200)
+        finally:
+            self.assertEqual(first.stop(), 0)
 
     def test_a_reload_adding_a_listener_on_an_address_in_use_fails_at_once(self):
         sg = Stealgate(self.cfg(0))

@@ -151,11 +151,14 @@ class BinaryUpgradeTest(unittest.TestCase):
         served = load.counts["ok"]
         until(lambda: load.counts["ok"] >= served + 100, 5 * TIMEOUT_SCALE, "the new process serves nothing")
         self.assertEqual(request_once(admin, "GET", "/ready")[0], 200, "the admin endpoint moved over too")
-        # One socket, handed over once; on io_uring a TLS listener's workers share it.
-        sg.wait_log(r"listener public on \S+ \(port \d+\) on an inherited socket" +
-                    (", accepting on 2 workers" if TLS_MODE and sg.io_driver() == "io_uring" else "") + (", TLS" if TLS_MODE else "") + "$")
+        # Every socket handed over once: a plain listener's socket per worker (`reuse_port:
+        # auto`), a TLS listener's one socket (on io_uring its workers share it).
+        shared = ", accepting on 2 workers" if sg.io_driver() == "io_uring" else ""
+        sockets = shared if TLS_MODE else r", 2 sockets \(reuse_port\)"
+        sg.wait_log(r"listener public on \S+ \(port \d+\) on an inherited socket" + sockets +
+                    (", TLS" if TLS_MODE else "") + "$")
         self.assertFalse([l for l in sg.logs() if "matches no listener" in l])
-        self.assertEqual(len(listening_inodes(port, pid)), 1)
+        self.assertEqual(len(listening_inodes(port, pid)), 1 if TLS_MODE else 2)
         load.finish()
         print(f"binary upgrade under load: {load.counts}", file=sys.stderr)
         self.assertEqual(load.counts["refused"], 0, load.counts)

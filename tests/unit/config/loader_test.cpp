@@ -97,7 +97,7 @@ clusters:
   EXPECT_EQ(errors_of(yaml),
             "stealgate.yaml:3:14: listeners[0].backlog: expected a whole number, got \"many\"\n"
             "stealgate.yaml:4:21: listeners[0].header_timeout: invalid duration \"10 seconds\" (use e.g. 250ms, 10s, 5m, 1h)\n"
-            "stealgate.yaml:5:17: listeners[0].reuse_port: expected true or false, got \"maybe\"\n"
+            "stealgate.yaml:5:17: listeners[0].reuse_port: expected auto | true | false, got \"maybe\"\n"
             "stealgate.yaml:6:23: listeners[0].max_header_bytes: invalid size \"32 KB\" (use e.g. 8192, 32KiB, 1MiB)\n"
             "stealgate.yaml:9:17: clusters[0].endpoints[0]: invalid address \"localhost\": expected host:port\n"
             "stealgate.yaml:10:9: clusters[0].lb: expected round_robin | random | least_request | ring_hash, got "
