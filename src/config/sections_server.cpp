@@ -201,8 +201,8 @@ const Table<ListenerSection>& listener_table() {
                  "listener's is accepted from on every worker, so that a new connection goes to a worker waiting for "
                  "one; otherwise one worker accepts. `auto`: `true` for plain HTTP, except that the address must be "
                  "free (a second process on it fails as with `false`); `false` for TLS, where a hash can put a "
-                 "connection behind another's handshake (~300 us). A socket per worker saves a tenth to a seventh "
-                 "of the CPU of a new connection (README.md, Throughput). Takes effect when the listener is bound "
+                 "connection behind another's handshake (~300 us). A socket per worker saved 4-27% of the CPU of a "
+                 "new connection in our runs (README.md, Throughput). Takes effect when the listener is bound "
                  "(start, binary upgrade). With socket activation the sockets handed over are used: `auto` keeps one "
                  "without SO_REUSEPORT as it is; for a socket per worker hand over one per worker "
                  "(deploy/README.md)"),

@@ -206,9 +206,9 @@ void Gateway::build_admission_limits(const config::Config& cfg, const Snapshot* 
 }
 
 namespace {
-// `reuse_port: auto` is a socket per worker for plain HTTP, where it saves a tenth to a
-// seventh of a new connection's CPU (fewer parks and steals: each worker's connections
-// arrive on its own socket), on an address no other process holds. Not for TLS: a
+// `reuse_port: auto` is a socket per worker for plain HTTP, where it saved 4-27% of a new
+// connection's CPU (fewer parks and steals: each worker's connections arrive on its own
+// socket; README.md, Throughput), on an address no other process holds. Not for TLS: a
 // connection hashed to a worker busy with a handshake (~300 us) waits for it, where a
 // socket shared by every worker gives it to one that waits.
 io::ListenOptions listen_options(const config::ListenerSection& l, std::size_t workers,
