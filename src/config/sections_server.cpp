@@ -202,9 +202,10 @@ const Table<ListenerSection>& listener_table() {
                  "one; otherwise one worker accepts. `auto`: `true` for plain HTTP, except that the address must be "
                  "free (a second process on it fails as with `false`); `false` for TLS, where a hash can put a "
                  "connection behind another's handshake (~300 us). A socket per worker saved 4-27% of the CPU of a "
-                 "new connection in our runs (README.md, Throughput). Takes effect when the listener is bound "
-                 "(start, binary upgrade). With socket activation the sockets handed over are used: `auto` keeps one "
-                 "without SO_REUSEPORT as it is; for a socket per worker hand over one per worker "
+                 "new connection in our runs (README.md, Throughput). Takes effect when the listener binds its "
+                 "sockets (a start, or a reload that adds it); inherited sockets (socket activation, binary "
+                 "upgrade) are used as they are: one without SO_REUSEPORT stays one, quietly with `auto`, with a "
+                 "warning with `true`. For a socket per worker under socket activation, hand over one per worker "
                  "(deploy/README.md)"),
        F::number("max_connections", &L::max_connections, 1, 10'000'000, "open client connections on this listener"),
        F::choice("on_max_connections", &L::on_max_connections,

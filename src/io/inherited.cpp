@@ -140,13 +140,10 @@ ListeningGroup listen_group(IoContext ctx, InheritedSockets* inherited, const st
   const tcp::endpoint bound = first.listener->local_endpoint();  // the port, when ep's was 0
   const bool first_reuses_port = has_reuse_port(first.listener->native_handle());
   out.listeners.push_back(std::move(*first.listener));
-  if (!opts.reuse_port) return out;
-  // An inherited socket without SO_REUSEPORT (socket activation's default) can have no
-  // siblings: where the group was asked for only as the default, that is no news.
-  if (opts.exclusive_address && out.inherited && !first_reuses_port) return out;
-  ListenOptions sibling_opts = opts;
-  sibling_opts.exclusive_address = false;  // the first holds the address: the rest join it
-  for (std::string ignored; inherited != nullptr;) {
+  // Every further inherited socket on the address, whatever opts.reuse_port says now: a
+  // group handed over (a binary upgrade, socket units with ReusePort=yes) stays whole, as
+  // closing one of its sockets would reset the connections queued on it.
+  for (std::string ignored; out.inherited;) {
     int fd = inherited->claim(name, bound, ignored);
     if (fd < 0) break;
     auto adopted = TcpListener::adopt(ctx, fd);
@@ -156,6 +153,12 @@ ListeningGroup listen_group(IoContext ctx, InheritedSockets* inherited, const st
     }
     out.listeners.push_back(std::move(*adopted));
   }
+  if (!opts.reuse_port) return out;
+  // An inherited socket without SO_REUSEPORT (socket activation's default) can have no
+  // siblings: where the group was asked for only as the default, that is no news.
+  if (opts.exclusive_address && out.inherited && !first_reuses_port) return out;
+  ListenOptions sibling_opts = opts;
+  sibling_opts.exclusive_address = false;  // the first holds the address: the rest join it
   while (out.listeners.size() < want && out.note.empty()) {
     auto sibling = TcpListener::bind(ctx, bound, sibling_opts);
     if (!sibling.ok()) {

@@ -70,9 +70,9 @@ Listening listen_on(IoContext ctx, InheritedSockets* inherited, const std::strin
                     const ListenOptions& opts);
 
 // The listening sockets of a listener that accepts on `want` sockets at once (one per
-// worker). The first is listen_on()'s. With opts.reuse_port, every further inherited
-// socket on the same address comes next (a binary upgrade hands a group over whole, and
-// none of its queued connections may be lost), then sockets bound beside them with
+// worker). The first is listen_on()'s. Every further inherited socket on the same address
+// comes next, with or without opts.reuse_port (a binary upgrade hands a group over whole,
+// and none of its queued connections may be lost); with it, sockets bound beside them with
 // SO_REUSEPORT until there are `want`: the kernel spreads new connections over the group
 // by their address hash. A sibling that cannot be bound (an inherited socket without
 // SO_REUSEPORT gives EADDRINUSE) ends the group where it is, and `note` says why; with

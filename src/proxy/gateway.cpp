@@ -372,7 +372,7 @@ void warn_socket_settings_kept(const config::ListenerSection* was, const config:
   if (made(*was) == made(now)) return;
   SG_LOG_WARN("listener {}: backlog and reuse_port are settings of its sockets, which a reload keeps, and so is "
               "whether every worker accepts (TLS listeners on io_uring); the new values take effect at a restart "
-              "or binary upgrade",
+              "(a binary upgrade hands the sockets over as they are)",
               now.name);
 }
 }  // namespace

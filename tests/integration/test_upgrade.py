@@ -194,6 +194,27 @@ class BinaryUpgradeTest(unittest.TestCase):
         self.assertEqual(load.counts["error"], 0, f"{load.counts} {load.errors[:5]}")
         self.assertEqual(stop_successor(pid), 0)
 
+    def test_upgrade_keeps_every_handed_over_socket_whatever_reuse_port_says_now(self):
+        # Each socket of the group may hold queued connections: a new config that asks for
+        # one socket still serves on all of them (closing one would reset what it queued).
+        group = "  - name: public\n    address: 127.0.0.1:0\n"
+        sg = Stealgate(upgrade_config(self.up, group))
+        port = sg.port
+        handed = listening_inodes(port, sg.proc.pid)
+        self.assertEqual(len(handed), 2)
+        sg.write_config(upgrade_config(self.up, group + "    reuse_port: false\n"))
+        sg.proc.send_signal(signal.SIGUSR2)
+        sg.wait_log(r"binary upgrade: new process \d+ is serving", 10 * TIMEOUT_SCALE)
+        pid = new_pid(sg)
+        self.addCleanup(kill_if_alive, pid)
+        sg.stop(timeout=30 * TIMEOUT_SCALE)
+        sg.wait_log(r"listener public on \S+ \(port \d+\) on an inherited socket, 2 sockets \(reuse_port\)")
+        self.assertFalse([l for l in sg.logs() if "matches no listener" in l])
+        self.assertEqual(listening_inodes(port, pid), handed)
+        for _ in range(20):
+            self.assertEqual(request_once(port, "GET", "/")[0], 200)
+        self.assertEqual(stop_successor(pid), 0)
+
     def test_upgrade_hands_over_a_tls_listeners_shared_socket_once(self):
         # On io_uring every worker accepts from a TLS listener's one socket, each through a
         # copy of its descriptor: the copies are not sockets to hand over.
