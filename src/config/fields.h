@@ -130,6 +130,19 @@ struct Fields {
             [key, get](YAML::Emitter& e, const S& s) { e << YAML::Key << key << YAML::Value << std::invoke(get, s); }};
   }
 
+  // `auto`, `true` or `false` (and a flag's other words: yes/no, on/off).
+  template <class Get>
+  static F auto_flag(std::string key, Get get, std::string doc) {
+    return {key, std::move(doc), "", false,
+            [key, get](const MapView& m, S& s) { m.read(key, std::invoke(get, s)); },
+            [key, get](YAML::Emitter& e, const S& s) {
+              const AutoFlag v = std::invoke(get, s);
+              e << YAML::Key << key << YAML::Value;
+              if (v == AutoFlag::kAuto) e << "auto";
+              else e << (v == AutoFlag::kOn);
+            }};
+  }
+
   template <class Get>
   static F number(std::string key, Get get, uint64_t min, uint64_t max, std::string doc) {
     return {key, std::move(doc), "", false,

@@ -52,9 +52,8 @@ struct AdminSection {
 
 enum class OverflowAction { kReject503, kBacklog };
 
-// A listener's listening sockets: one per worker (SO_REUSEPORT) or one. `auto` is one per
-// worker for plain HTTP, on an address no other socket holds, and one for TLS.
-enum class ReusePort { kAuto, kOn, kOff };
+// A setting that is on, off, or decided case by case (`auto`).
+enum class AutoFlag { kAuto, kOn, kOff };
 
 // TLS termination on a listener (tls/server_context.h builds it).
 struct TlsCertificate {
@@ -89,7 +88,9 @@ struct ListenerSection {
   std::string name;
   Address address;
   int backlog = 1024;
-  ReusePort reuse_port = ReusePort::kAuto;
+  // A listening socket per worker (SO_REUSEPORT) or one; `auto`: one per worker for plain
+  // HTTP, on an address no other socket holds, and one for TLS (proxy/gateway.cpp).
+  AutoFlag reuse_port = AutoFlag::kAuto;
   std::size_t max_connections = 10000;
   OverflowAction on_max_connections = OverflowAction::kReject503;
   Duration header_timeout{10'000};   // first byte to end of request head

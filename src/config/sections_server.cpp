@@ -192,9 +192,7 @@ const Table<ListenerSection>& listener_table() {
       {F::text("name", &L::name, "used by `routes[].match.listener` and metrics labels").shown("`listener<N>`"),
        F::address("address", &L::address, "where to accept connections").require(),
        F::number("backlog", &L::backlog, 1, 65535, "listen(2) backlog"),
-       F::choice("reuse_port", &L::reuse_port,
-                 std::vector<std::pair<std::string, ReusePort>>{
-                     {"auto", ReusePort::kAuto}, {"true", ReusePort::kOn}, {"false", ReusePort::kOff}},
+       F::auto_flag("reuse_port", &L::reuse_port,
                  "`true`: a listening socket per worker (SO_REUSEPORT), each accepted on its own worker; the kernel "
                  "spreads new connections over them by address hash, not by load, and another process of the same "
                  "user may bind the address too and share its connections. `false`: one socket; on io_uring a TLS "

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <charconv>
 #include <limits>
+#include <optional>
 
 namespace sg::config::detail {
 
@@ -129,19 +130,39 @@ bool MapView::read(std::string_view key, std::string& out) const {
   return scalar(ctx_, n, path(key), out);
 }
 
+namespace {
+std::optional<bool> flag_value(const std::string& s) {
+  if (s == "true" || s == "yes" || s == "on") return true;
+  if (s == "false" || s == "no" || s == "off") return false;
+  return std::nullopt;
+}
+}  // namespace
+
 bool MapView::read(std::string_view key, bool& out) const {
   YAML::Node n = get(key);
   if (!n.IsDefined()) return true;
   std::string s;
   if (!scalar(ctx_, n, path(key), s)) return false;
-  if (s == "true" || s == "yes" || s == "on") {
-    out = true;
-  } else if (s == "false" || s == "no" || s == "off") {
-    out = false;
-  } else {
+  const std::optional<bool> v = flag_value(s);
+  if (!v) {
     ctx_.error(n, path(key), "expected true or false, got \"" + s + "\"");
     return false;
   }
+  out = *v;
+  return true;
+}
+
+bool MapView::read(std::string_view key, AutoFlag& out) const {
+  YAML::Node n = get(key);
+  if (!n.IsDefined()) return true;
+  std::string s;
+  if (!scalar(ctx_, n, path(key), s)) return false;
+  const std::optional<bool> v = flag_value(s);
+  if (s != "auto" && !v) {
+    ctx_.error(n, path(key), "expected auto, true or false, got \"" + s + "\"");
+    return false;
+  }
+  out = s == "auto" ? AutoFlag::kAuto : *v ? AutoFlag::kOn : AutoFlag::kOff;
   return true;
 }
 

@@ -48,6 +48,7 @@ class MapView {
   // on a wrong type or value.
   bool read(std::string_view key, std::string& out) const;
   bool read(std::string_view key, bool& out) const;
+  bool read(std::string_view key, AutoFlag& out) const;  // `auto` or a flag's words
   bool read_uint(std::string_view key, uint64_t& out, uint64_t min, uint64_t max) const;
   template <class T>
   bool read_num(std::string_view key, T& out, uint64_t min, uint64_t max) const {

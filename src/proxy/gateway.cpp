@@ -216,9 +216,9 @@ io::ListenOptions listen_options(const config::ListenerSection& l, std::size_t w
   io::ListenOptions opts;
   opts.backlog = l.backlog;
   opts.in_use_wait = in_use_wait;
-  if (l.reuse_port == config::ReusePort::kOn) {
+  if (l.reuse_port == config::AutoFlag::kOn) {
     opts.reuse_port = true;
-  } else if (l.reuse_port == config::ReusePort::kAuto && !l.tls && workers > 1) {
+  } else if (l.reuse_port == config::AutoFlag::kAuto && !l.tls && workers > 1) {
     opts.reuse_port = true;
     opts.exclusive_address = true;
   }

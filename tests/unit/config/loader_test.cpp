@@ -63,6 +63,27 @@ TEST(ConfigLoader, AdaptiveLifoThresholdIsReadAndPrinted) {
             std::string::npos);
 }
 
+TEST(ConfigLoader, ReusePortIsAutoOrAFlagInAnyOfItsSpellings) {
+  const std::vector<std::pair<std::string, AutoFlag>> cases{
+      {"auto", AutoFlag::kAuto}, {"true", AutoFlag::kOn}, {"yes", AutoFlag::kOn},  {"on", AutoFlag::kOn},
+      {"false", AutoFlag::kOff}, {"no", AutoFlag::kOff},  {"off", AutoFlag::kOff}};
+  for (const auto& [word, value] : cases) {
+    LoadResult r = load_string("listeners:\n  - address: 127.0.0.1:8080\n    reuse_port: " + word + "\n", "a.yaml");
+    ASSERT_TRUE(r.ok()) << word << ": " << r.error_text();
+    EXPECT_EQ(r.config->listeners.at(0).reuse_port, value) << word;
+    // Printed as auto, true or false, and read back the same.
+    const std::string printed = to_yaml(*r.config);
+    const std::string shown = value == AutoFlag::kAuto ? "auto" : value == AutoFlag::kOn ? "true" : "false";
+    EXPECT_NE(printed.find("reuse_port: " + shown + "\n"), std::string::npos) << printed;
+    LoadResult again = load_string(printed, "printed.yaml");
+    ASSERT_TRUE(again.ok()) << again.error_text();
+    EXPECT_EQ(again.config->listeners.at(0).reuse_port, value) << word;
+  }
+  LoadResult absent = load_string("listeners:\n  - address: 127.0.0.1:8080\n", "a.yaml");
+  ASSERT_TRUE(absent.ok());
+  EXPECT_EQ(absent.config->listeners.at(0).reuse_port, AutoFlag::kAuto);
+}
+
 TEST(ConfigLoader, UnknownClusterNamesPositionAndSuggestion) {
   std::string yaml = std::string(kValid) + R"(  - name: typo
     match: { path: /x }
@@ -97,7 +118,7 @@ clusters:
   EXPECT_EQ(errors_of(yaml),
             "stealgate.yaml:3:14: listeners[0].backlog: expected a whole number, got \"many\"\n"
             "stealgate.yaml:4:21: listeners[0].header_timeout: invalid duration \"10 seconds\" (use e.g. 250ms, 10s, 5m, 1h)\n"
-            "stealgate.yaml:5:17: listeners[0].reuse_port: expected auto | true | false, got \"maybe\"\n"
+            "stealgate.yaml:5:17: listeners[0].reuse_port: expected auto, true or false, got \"maybe\"\n"
             "stealgate.yaml:6:23: listeners[0].max_header_bytes: invalid size \"32 KB\" (use e.g. 8192, 32KiB, 1MiB)\n"
             "stealgate.yaml:9:17: clusters[0].endpoints[0]: invalid address \"localhost\": expected host:port\n"
             "stealgate.yaml:10:9: clusters[0].lb: expected round_robin | random | least_request | ring_hash, got "
