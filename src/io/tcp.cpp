@@ -402,10 +402,9 @@ Result<TcpListener> TcpListener::bind(IoContext io, tcp::endpoint ep, const List
   // after the bind, the bind has checked the address is free, and listen() still puts the
   // socket in a group that the siblings bound next can join.
   auto reuse_port = [&] { return ::setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) == 0; };
-  const bool before_bind = opts.reuse_port && !opts.exclusive_address;
-  if (before_bind && !reuse_port()) return errno_code();
+  if (opts.reuse_port && !opts.exclusive_address && !reuse_port()) return errno_code();
   if (::bind(fd, static_cast<const sockaddr*>(ep.data()), static_cast<socklen_t>(ep.size())) != 0) return errno_code();
-  if (opts.reuse_port && !before_bind && !reuse_port()) return errno_code();
+  if (opts.reuse_port && opts.exclusive_address && !reuse_port()) return errno_code();
   if (::listen(fd, opts.backlog) != 0) return errno_code();
   return TcpListener(std::move(*s), io);
 }

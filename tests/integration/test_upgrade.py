@@ -131,6 +131,15 @@ class BinaryUpgradeTest(unittest.TestCase):
         self.up = Upstream("upg")
         self.addCleanup(self.up.stop)
 
+    def upgrade(self, sg):
+        """Signals a binary upgrade and waits until the new process serves; returns its pid
+        (killed at cleanup if the test ends before stopping it)."""
+        sg.proc.send_signal(signal.SIGUSR2)
+        sg.wait_log(r"binary upgrade: new process \d+ is serving", 10 * TIMEOUT_SCALE)
+        pid = new_pid(sg)
+        self.addCleanup(kill_if_alive, pid)
+        return pid
+
     def test_upgrade_under_load_loses_no_request_and_refuses_no_connection(self):
         sg = Stealgate(upgrade_config(self.up))
         port, admin = sg.port, sg.admin_port
@@ -139,10 +148,7 @@ class BinaryUpgradeTest(unittest.TestCase):
         slow = Client(port, timeout=10 * TIMEOUT_SCALE)
         slow.send(b"GET /slow?ms=1000&id=inflight HTTP/1.1\r\nHost: h\r\n\r\n")
         sg.wait_for(lambda: any(e["target"].endswith("id=inflight") for e in self.up.log()), 5, "slow request not in flight")
-        sg.proc.send_signal(signal.SIGUSR2)
-        sg.wait_log(r"binary upgrade: new process \d+ is serving", 10 * TIMEOUT_SCALE)
-        pid = new_pid(sg)
-        self.addCleanup(kill_if_alive, pid)
+        pid = self.upgrade(sg)
         self.assertNotEqual(pid, sg.proc.pid)
         # The old process drains (the slow request finishes on it) and exits cleanly.
         self.assertEqual(slow.read_response().status, 200, "the in-flight request was cut")
@@ -177,10 +183,7 @@ class BinaryUpgradeTest(unittest.TestCase):
         self.assertEqual(len(handed), 2)
         load = Load(port)
         sg.wait_for(lambda: load.counts["ok"] >= 100, 5 * TIMEOUT_SCALE, "the load did not start")
-        sg.proc.send_signal(signal.SIGUSR2)
-        sg.wait_log(r"binary upgrade: new process \d+ is serving", 10 * TIMEOUT_SCALE)
-        pid = new_pid(sg)
-        self.addCleanup(kill_if_alive, pid)
+        pid = self.upgrade(sg)
         sg.stop(timeout=30 * TIMEOUT_SCALE)
         # The new process holds the very sockets the old one had (a connection queued on
         # either must reach it), and bound none beside them.
@@ -203,10 +206,7 @@ class BinaryUpgradeTest(unittest.TestCase):
         handed = listening_inodes(port, sg.proc.pid)
         self.assertEqual(len(handed), 2)
         sg.write_config(upgrade_config(self.up, group + "    reuse_port: false\n"))
-        sg.proc.send_signal(signal.SIGUSR2)
-        sg.wait_log(r"binary upgrade: new process \d+ is serving", 10 * TIMEOUT_SCALE)
-        pid = new_pid(sg)
-        self.addCleanup(kill_if_alive, pid)
+        pid = self.upgrade(sg)
         sg.stop(timeout=30 * TIMEOUT_SCALE)
         sg.wait_log(r"listener public on \S+ \(port \d+\) on an inherited socket, 2 sockets \(reuse_port\)")
         self.assertFalse([l for l in sg.logs() if "matches no listener" in l])
@@ -223,10 +223,7 @@ class BinaryUpgradeTest(unittest.TestCase):
         sg.wait_log(r"listener public on \S+ \(port \d+\)" + shared + ", TLS$")
         port = sg.port
         self.assertEqual(request_once(port, "GET", "/", tls=tls_client_context())[0], 200)
-        sg.proc.send_signal(signal.SIGUSR2)
-        sg.wait_log(r"binary upgrade: new process \d+ is serving", 10 * TIMEOUT_SCALE)
-        pid = new_pid(sg)
-        self.addCleanup(kill_if_alive, pid)
+        pid = self.upgrade(sg)
         sg.stop(timeout=30 * TIMEOUT_SCALE)
         sg.wait_log(r"listener public on \S+ \(port \d+\) on an inherited socket" + shared + ", TLS$")
         self.assertFalse([l for l in sg.logs() if "matches no listener" in l])
