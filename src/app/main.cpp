@@ -70,6 +70,7 @@ exec::RuntimeConfig runtime_config(const config::RuntimeSection& r) {
   c.poll_timing = true;  // long polls are logged and exported in every deployment
   c.long_poll_threshold = r.long_poll_threshold;
   c.driver_visit_after_poll = std::chrono::microseconds(r.driver_visit_after_poll_us);
+  c.yield_between_batches = r.yield_between_batches;
   c.on_long_poll = &log_long_poll;
   c.idle_memory_reclaim = r.idle_memory_reclaim;
   return c;

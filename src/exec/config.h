@@ -98,6 +98,14 @@ struct RuntimeConfig {
   // With poll_timing: a poll at least this long makes its worker poll the I/O driver right
   // after it, not only every event_interval ticks (Worker::visit_driver_after); 0: never.
   std::chrono::nanoseconds driver_visit_after_poll = kDefaultDriverVisitAfterPoll;
+  // A worker whose driver batches submissions (io_uring) and already holds completions
+  // once a batch's submissions are flushed yields its CPU (sched_yield) before taking
+  // them (Worker::run). Only the ring's own worker can take a ring's completions, so on
+  // CPUs shared with other busy threads (its sibling workers among them), a worker that
+  // never runs dry would otherwise keep its CPU until the kernel's tick preempts it,
+  // while the connections of a worker waiting for that CPU wait as long (a tick is 4 ms
+  // at HZ=250). With no other thread waiting for the CPU, the yield returns at once.
+  bool yield_between_batches = true;
   // Called on the worker, at most once a second per worker, for a long poll.
   LongPollHook on_long_poll = nullptr;
   // A worker parked this long after running tasks reclaims idle memory (reclaim.h); 0:

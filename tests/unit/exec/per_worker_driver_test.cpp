@@ -267,6 +267,53 @@ TEST(PerWorkerDrivers, CompletionsReadyAtTheFlushArePolledWithoutParking) {
   EXPECT_GE(r->second, 1000);
 }
 
+// Between two batches of its ring's completions, a worker gives up its CPU once (after
+// the flush, before taking them: RuntimeConfig::yield_between_batches), so that a thread
+// waiting for that CPU runs at batch rather than tick granularity; never where the ring
+// held nothing (the worker goes on to sleep), and not at all when turned off.
+int batch_yields_for(bool yield_between_batches, int ios) {
+  ready_at_flush_drivers.clear();
+  RuntimeConfig cfg = workers(1);
+  cfg.yield_between_batches = yield_between_batches;
+  Runtime rt(cfg, [](std::size_t) {
+    auto d = std::make_unique<ReadyAtFlushDriver>();
+    ready_at_flush_drivers.push_back(d.get());
+    return d;
+  });
+  auto r = rt.block_on([&]() -> Task<bool> {
+    for (int i = 0; i < ios; ++i) co_await FakeIo{};
+    co_return true;
+  });
+  if (!r.has_value()) return -1;
+  // (Counters are published when the worker parks, which it does once the task is done.)
+  std::this_thread::sleep_for(20ms);
+  return static_cast<int>(rt.stats().total().batch_yields);
+}
+
+TEST(PerWorkerDrivers, AWorkerYieldsItsCpuBetweenBatchesOfItsRing) {
+  const int yields = batch_yields_for(true, 1000);
+  // One per batch that left completions on the ring; the periodic driver poll inside a
+  // batch (every event_interval ticks) takes a few of them instead.
+  EXPECT_GE(yields, 900);
+  EXPECT_LE(yields, 1000);
+  EXPECT_EQ(batch_yields_for(true, 0), 0) << "a worker whose ring holds nothing goes to sleep without a yield";
+  EXPECT_EQ(batch_yields_for(false, 1000), 0);
+}
+
+TEST(PerWorkerDrivers, ADriverThatDoesNotBatchSubmissionsNeverYields) {
+  // Asio's reactor (epoll) is shared by the workers: any worker takes any socket's events.
+  Drivers d;
+  Runtime rt(workers(2), d.factory());
+  auto r = rt.block_on([&]() -> Task<bool> {
+    for (int i = 0; i < 200; ++i) co_await yield_now();
+    co_await sleep_for(5ms);
+    co_return true;
+  });
+  ASSERT_TRUE(r.has_value());
+  std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(rt.stats().total().batch_yields, 0u);
+}
+
 // A ring that says completions are ready at every flush and then dispatches nothing
 // (io_uring's task-work flag, left set with no work behind it: io/uring.cpp, flush) must
 // not keep its worker polling: the worker goes on to park, and sleeps there until its
