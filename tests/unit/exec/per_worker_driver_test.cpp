@@ -271,7 +271,9 @@ TEST(PerWorkerDrivers, CompletionsReadyAtTheFlushArePolledWithoutParking) {
 // the flush, before taking them: RuntimeConfig::yield_between_batches), so that a thread
 // waiting for that CPU runs at batch rather than tick granularity; never where the ring
 // held nothing (the worker goes on to sleep), and not at all when turned off.
-int batch_yields_for(bool yield_between_batches, int ios) {
+// `ios` completions in a row on one worker; returns its yields once its counters show
+// at least `at_least` of them (published when it parks, after the task is done).
+int batch_yields_for(bool yield_between_batches, int ios, uint64_t at_least) {
   ready_at_flush_drivers.clear();
   RuntimeConfig cfg = workers(1);
   cfg.yield_between_batches = yield_between_batches;
@@ -285,19 +287,21 @@ int batch_yields_for(bool yield_between_batches, int ios) {
     co_return true;
   });
   if (!r.has_value()) return -1;
-  // (Counters are published when the worker parks, which it does once the task is done.)
-  std::this_thread::sleep_for(20ms);
-  return static_cast<int>(rt.stats().total().batch_yields);
+  const bool published = eventually([&] {
+    const WorkerCounters t = rt.stats().total();
+    return t.polls >= static_cast<uint64_t>(ios) && t.batch_yields >= at_least;
+  });
+  return published ? static_cast<int>(rt.stats().total().batch_yields) : -1;
 }
 
 TEST(PerWorkerDrivers, AWorkerYieldsItsCpuBetweenBatchesOfItsRing) {
-  const int yields = batch_yields_for(true, 1000);
   // One per batch that left completions on the ring; the periodic driver poll inside a
   // batch (every event_interval ticks) takes a few of them instead.
+  const int yields = batch_yields_for(true, 1000, 900);
   EXPECT_GE(yields, 900);
   EXPECT_LE(yields, 1000);
-  EXPECT_EQ(batch_yields_for(true, 0), 0) << "a worker whose ring holds nothing goes to sleep without a yield";
-  EXPECT_EQ(batch_yields_for(false, 1000), 0);
+  EXPECT_EQ(batch_yields_for(true, 0, 0), 0) << "a worker whose ring holds nothing goes to sleep without a yield";
+  EXPECT_EQ(batch_yields_for(false, 1000, 0), 0);
 }
 
 TEST(PerWorkerDrivers, ADriverThatDoesNotBatchSubmissionsNeverYields) {
