@@ -72,7 +72,10 @@ const Table<RuntimeSection>& runtime_table() {
                "kernel's scheduler tick, while the connections of a worker waiting for that CPU wait as long. "
                "Measured on 2 CPUs shared with the load generator and the backend: small keep-alive GETs' p99 "
                "4.6 -> 1.4 ms at the same req/s and CPU. With no other thread waiting for the CPU the yield "
-               "returns at once. Counted in `stealgate_executor_batch_yields_total{worker}`"),
+               "returns at once. The price, where a CPU-bound process shares the CPUs: it takes the CPU at a yield "
+               "for a whole time slice (beside one busy loop: p99 5.1 -> 7.8 ms, 0.95x req/s); such yields are "
+               "counted in `stealgate_executor_long_batch_yields_total{worker}`, and where they grow, `false` (or "
+               "cores of its own) serves better. All yields: `stealgate_executor_batch_yields_total{worker}`"),
        F::number("coop_budget", &R::coop_budget, 1, 1u << 20,
                  "operations a task may complete per scheduling before it must yield"),
        F::number("max_lifo_polls_per_tick", &R::max_lifo_polls_per_tick, 0, 1u << 20,

@@ -104,7 +104,8 @@ struct RuntimeConfig {
   // CPUs shared with other busy threads (its sibling workers among them), a worker that
   // never runs dry would otherwise keep its CPU until the kernel's tick preempts it,
   // while the connections of a worker waiting for that CPU wait as long (a tick is 4 ms
-  // at HZ=250). With no other thread waiting for the CPU, the yield returns at once.
+  // at HZ=250). With no other thread waiting for the CPU, the yield returns at once; a
+  // CPU-bound thread waiting for it takes it for a whole slice (Worker's long yields).
   bool yield_between_batches = true;
   // Called on the worker, at most once a second per worker, for a long poll.
   LongPollHook on_long_poll = nullptr;

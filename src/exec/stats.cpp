@@ -51,6 +51,7 @@ void PublishedWorkerStats::publish(const WorkerCounters& c) {
   driver_polls.store(c.driver_polls, r);
   overdue_driver_polls.store(c.overdue_driver_polls, r);
   batch_yields.store(c.batch_yields, r);
+  long_batch_yields.store(c.long_batch_yields, r);
   busy_ns.store(c.busy_ns, r);
   local_queue_depth.store(c.local_queue_depth, r);
   global_queue_interval.store(c.global_queue_interval, r);
@@ -79,6 +80,7 @@ WorkerCounters PublishedWorkerStats::load() const {
   c.driver_polls = driver_polls.load(r);
   c.overdue_driver_polls = overdue_driver_polls.load(r);
   c.batch_yields = batch_yields.load(r);
+  c.long_batch_yields = long_batch_yields.load(r);
   c.busy_ns = busy_ns.load(r);
   c.local_queue_depth = local_queue_depth.load(r);
   c.global_queue_interval = global_queue_interval.load(r);
@@ -108,6 +110,7 @@ WorkerCounters RuntimeStats::total() const {
     t.driver_polls += w.driver_polls;
     t.overdue_driver_polls += w.overdue_driver_polls;
     t.batch_yields += w.batch_yields;
+    t.long_batch_yields += w.long_batch_yields;
     t.busy_ns += w.busy_ns;
     t.local_queue_depth += w.local_queue_depth;
     t.long_polls += w.long_polls;

@@ -52,6 +52,7 @@ struct WorkerCounters {
   uint64_t driver_polls = 0;       // polls of the I/O driver (blocking or not)
   uint64_t overdue_driver_polls = 0;  // of those, right after a long poll (driver_visit_after_poll)
   uint64_t batch_yields = 0;       // CPU yields between two batches of its ring (yield_between_batches)
+  uint64_t long_batch_yields = 0;  // of those, yields that gave the CPU away for a whole slice
   uint64_t busy_ns = 0;            // time not parked
   uint64_t local_queue_depth = 0;  // gauge, at publication time
   uint64_t global_queue_interval = 0;  // gauge: current (possibly adaptive) interval
@@ -74,7 +75,7 @@ struct PublishedHistogram {
 struct alignas(64) PublishedWorkerStats {
   std::atomic<uint64_t> polls{0}, local_schedules{0}, remote_polled{0}, steals{0},
       steal_operations{0}, overflows{0}, lifo_hits{0}, lifo_capped{0}, priority_schedules{0}, forced_yields{0},
-      parks{0}, unparks{0}, driver_polls{0}, overdue_driver_polls{0}, batch_yields{0}, busy_ns{0}, local_queue_depth{0},
+      parks{0}, unparks{0}, driver_polls{0}, overdue_driver_polls{0}, batch_yields{0}, long_batch_yields{0}, busy_ns{0}, local_queue_depth{0},
       global_queue_interval{0}, long_polls{0}, memory_reclaims{0}, memory_reclaimed_bytes{0};
   PublishedHistogram sched_delay, poll_time;
 

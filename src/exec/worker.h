@@ -106,6 +106,8 @@ class Worker {
   void reclaim_if_idle();
   // Gives up the CPU once between two batches of our ring's completions (config.h).
   void yield_between_batches();
+  // A yield that kept the CPU away this long lost it to a whole time slice.
+  static constexpr uint64_t kLongYieldNs = 2'000'000;
   void maintenance_tick();
   uint32_t visit_driver();
   void maintenance();

@@ -111,6 +111,10 @@ const WorkerField kWorkerFields[] = {
     {"stealgate_executor_batch_yields_total",
      "Times a worker gave up its CPU between two batches of its own ring's completions (runtime.yield_between_batches).",
      &exec::WorkerCounters::batch_yields, true, 1},
+    {"stealgate_executor_long_batch_yields_total",
+     "Of those, yields after which the worker waited 2 ms or more for its CPU: a CPU-bound neighbour took it for a "
+     "whole time slice.",
+     &exec::WorkerCounters::long_batch_yields, true, 1},
     {"stealgate_executor_busy_seconds_total", "Time a worker spent not parked.", &exec::WorkerCounters::busy_ns,
      true, 1e-9},
     {"stealgate_executor_local_queue_depth", "Tasks in a worker's local run queue.",
