@@ -597,17 +597,11 @@ void Worker::park_blocking() {
 }
 
 void Worker::yield_between_batches() {
-  // After the flush, so the batch's sends leave before anyone else runs; before taking
-  // the next completions, so a thread that waited for this CPU (a sibling worker with
-  // connections only it can serve, the backend, the client) runs at batch granularity
-  // rather than at the kernel's tick. Measured on 2 CPUs shared with the load generator
-  // and the backend (2 workers, small keep-alive GETs): p99 4.6 -> 1.2-1.4 ms, p90
-  // 3.4 -> 0.9 ms, req/s and CPU per request unchanged or better. The price, where a
-  // CPU-bound process shares the CPUs: it takes the CPU at a yield for a whole time
-  // slice (p99 5.1 -> 7.8 ms, 0.95x req/s beside one busy loop). Such yields are
-  // counted apart so that an operator sees it. (Pausing the yields after a long one
-  // made the workers each other's CPU hogs again: the sibling of a worker that stopped
-  // yielding then saw long yields too.)
+  // Why, and its price: RuntimeConfig::yield_between_batches. Here: after the flush, so
+  // the batch's sends leave before anyone else runs, and before taking the next
+  // completions. A yield longer than kLongYieldNs is counted, not acted on: pausing the
+  // yields after one made the workers each other's CPU hogs again (the sibling of a
+  // worker that stopped yielding then saw long yields too).
   if (!cfg_.yield_between_batches) return;
   ++counters_.batch_yields;
   const uint64_t before = now_ns();
