@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # TLS termination benchmark: nginx and stealgate, same certificate (ECDSA P-256), same
 # plain backend (nginx, 1 worker), both proxies with 2 workers, in one interleaved run.
-# Not a test: it prints a table of req/s, proxy CPU per request and how much of the machine
-# stayed idle (time the clients spent waiting with a CPU free), stealgate against nginx.
+# Not a test: it prints a table of req/s, proxy CPU per request, the clients' CPU per
+# request and how much of the machine stayed idle (time the clients spent waiting with a CPU
+# free), stealgate against nginx. The clients share the machine's 2 CPUs with the proxy:
+# where they take most of it (openssl s_time's handshakes), req/s moves by a fraction of
+# any change in the proxy's CPU.
 # Odd rounds measure nginx first, even rounds stealgate first, so with ROUNDS >= 2 the
 # medians come from both orders.
 #
@@ -119,26 +122,29 @@ ticks=$(getconf CLK_TCK)
 idle_jiffies() { awk '/^cpu / {print $5 + $6}' /proc/stat; }
 cpus=$(grep -c '^cpu[0-9]' /proc/stat)  # the CPUs that line sums (nproc counts only ours)
 
-# Runs one scenario against a port; prints how many requests (or connections) it made.
+# Runs one scenario against a port; prints how many requests (or connections) it made and
+# the CPU seconds its clients used (user + system: they are the children of the command
+# substitution that runs them, whose `times` reports them on its second line).
 load() {
   local scenario=$1 port=$2 out n
   case $scenario in
-    keepalive) out=$(wrk -t2 -c64 -d"${DURATION}s" "https://127.0.0.1:$port/") ;;
+    keepalive) out=$(wrk -t2 -c64 -d"${DURATION}s" "https://127.0.0.1:$port/"; times) ;;
     full | resumed)
       local mode=-new
       [[ $scenario == resumed ]] && mode=-reuse
       out=$(for _ in $(seq "$CLIENTS"); do
               openssl s_time -connect "127.0.0.1:$port" -www / -time "$DURATION" $mode 2>/dev/null &
-            done; wait) ;;
+            done; wait; times) ;;
   esac
   case $scenario in
     full | resumed) n=$(grep -o '^[0-9]* connections in [0-9.]*s' <<<"$out" | awk '{s += $1} END {print s + 0}') ;;
     *) n=$(grep -o '[0-9]* requests in' <<<"$out" | awk '{print $1}') ;;
   esac
-  echo "$n"
+  # "0m12.345s 0m6.789s"
+  echo "$n $(tail -1 <<<"$out" | awk '{for (i = 1; i <= 2; i++) {split($i, t, /[ms]/); s += t[1] * 60 + t[2]} print s}')"
 }
 
-printf '%-10s %-9s %10s %12s %7s\n' scenario server req/s "CPU us/req" "idle %" >"$work/results.txt"
+printf '%-10s %-9s %10s %12s %7s %12s\n' scenario server req/s "CPU us/req" "idle %" "client us/req" >"$work/results.txt"
 for round in $(seq "$ROUNDS"); do
   # The server measured first in a scenario differs every round: in one order alone the
   # figures moved by up to 15% (the first run inherits a cold cache, the second the
@@ -149,16 +155,17 @@ for round in $(seq "$ROUNDS"); do
     for target in "${targets[@]}"; do
       name=${target%%:*} port=${target##*:}
       c0=$(cpu_of "$port") i0=$(idle_jiffies)
-      n=$(load "$scenario" "$port")
+      read -r n client_s < <(load "$scenario" "$port")
       c1=$(cpu_of "$port") i1=$(idle_jiffies)
-      python3 - "$scenario" "$name" "$n" "$((c1 - c0))" "$ticks" "$DURATION" "$((i1 - i0))" "$cpus" \
+      python3 - "$scenario" "$name" "$n" "$((c1 - c0))" "$ticks" "$DURATION" "$((i1 - i0))" "$cpus" "$client_s" \
         >>"$work/results.txt" <<'PY'
 import sys
 scenario, name, n, cpu_ticks, hz, dur = sys.argv[1], sys.argv[2], int(sys.argv[3] or 0), int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6])
-idle_ticks, cpus = int(sys.argv[7]), int(sys.argv[8])
+idle_ticks, cpus, client_s = int(sys.argv[7]), int(sys.argv[8]), float(sys.argv[9])
 us = cpu_ticks / hz * 1e6 / n if n else float("nan")
 idle = 100 * idle_ticks / hz / (dur * cpus)
-print(f"{scenario:<10} {name:<9} {n / dur:10.0f} {us:12.1f} {idle:7.1f}")
+client_us = client_s * 1e6 / n if n else float("nan")
+print(f"{scenario:<10} {name:<9} {n / dur:10.0f} {us:12.1f} {idle:7.1f} {client_us:12.1f}")
 PY
     done
   done
@@ -171,11 +178,11 @@ python3 - "$work/results.txt" <<'PY'
 import statistics, sys
 rows = [l.split() for l in open(sys.argv[1]).read().splitlines()[1:] if l.strip()]
 by = {}
-for scen, name, rps, us, idle in rows:
-    by.setdefault((scen, name), []).append((float(rps), float(us), float(idle)))
+for scen, name, rps, us, idle, client in rows:
+    by.setdefault((scen, name), []).append((float(rps), float(us), float(idle), float(client)))
 print(f"| scenario | nginx req/s | stealgate req/s | ratio | nginx CPU us/req | stealgate CPU us/req | ratio "
-      f"| machine idle %, nginx / stealgate |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|")
+      f"| machine idle %, nginx / stealgate | clients' CPU us/req, nginx / stealgate |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 med = lambda rs, i: statistics.median(r[i] for r in rs)
 for scen in ("keepalive", "full", "resumed"):
     n = by.get((scen, "nginx"), []); s = by.get((scen, "stealgate"), [])
@@ -183,6 +190,6 @@ for scen in ("keepalive", "full", "resumed"):
         continue
     nr, sr, nc, sc = med(n, 0), med(s, 0), med(n, 1), med(s, 1)
     print(f"| {scen} | {nr:.0f} | {sr:.0f} | {sr / nr:.2f} | {nc:.1f} | {sc:.1f} | {sc / nc:.2f} "
-          f"| {med(n, 2):.1f} / {med(s, 2):.1f} |")
+          f"| {med(n, 2):.1f} / {med(s, 2):.1f} | {med(n, 3):.1f} / {med(s, 3):.1f} |")
 PY
 curl -s "http://127.0.0.1:$SGADMIN/metrics" | grep -E '^stealgate_tls_handshakes_total' | grep -v ' 0$' || true
