@@ -47,14 +47,12 @@ std::string endpoint_text(const tcp::endpoint& ep) {
 Result<Socket> Socket::adopt(IoContext io, int fd) {
   Socket s;
   if (io.reactor != nullptr) {
-    s.desc_ = std::make_unique<Descriptor>(io.reactor->get_executor());
-    std::error_code ec;
-    s.desc_->assign(fd, ec);  // registers with the reactor
-    if (ec) {
-      s.desc_.reset();
+    auto reg = ReactorFd::register_fd(*io.reactor, fd);
+    if (!reg.ok()) {
       ::close(fd);
-      return ec;
+      return reg.error();
     }
+    s.desc_ = std::move(*reg);
   }
   s.fd_ = fd;
   return s;
@@ -67,6 +65,7 @@ Socket& Socket::operator=(Socket&& o) noexcept {
     desc_ = std::move(o.desc_);
     recv_ = o.recv_;
     streaming_ = o.streaming_;
+    read_drained_ = o.read_drained_;
     o.fd_ = -1;
     o.desc_.reset();
     o.recv_ = nullptr;
@@ -100,9 +99,8 @@ void Socket::close(std::string_view tail) {
   }
   if (fd_ < 0) return;
   if (desc_) {
-    std::error_code ec;
-    desc_->close(ec);  // deregisters, aborts its waits, closes fd_
-    desc_.reset();
+    desc_.reset();  // deregisters, aborts its waits
+    ::close(fd_);
   } else if (UringDriver* ring = current_ring(); ring == nullptr || !ring->close_later(fd_)) {
     ::close(fd_);  // (off the workers, or the ring has stopped)
   }

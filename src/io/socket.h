@@ -1,8 +1,8 @@
 // A socket descriptor on the runtime's I/O driver, and where sockets are created.
 //
 // On the epoll driver (Asio's reactor) a socket is registered with the reactor once, when
-// it is created (an Asio descriptor object; one epoll_ctl), and readiness waits are Asio
-// waits. On io_uring it is a plain descriptor: nothing is registered, and a wait is a poll
+// it is created (one epoll_ctl), and readiness waits are reactor operations of our own
+// (io/reactor_fd.h). On io_uring it is a plain descriptor: nothing is registered, and a wait is a poll
 // operation on the ring of the worker that waits (io/uring.h). On io_uring a stream's
 // readable wait is a receive whose bytes the socket keeps until a read takes them
 // (receive_op(); io/tcp.h), small writes, connects and closes are ring operations too.
@@ -10,7 +10,6 @@
 
 #include <asio/io_context.hpp>
 #include <asio/ip/tcp.hpp>
-#include <asio/posix/stream_descriptor.hpp>
 
 #include <atomic>
 #include <cstdint>
@@ -19,11 +18,11 @@
 #include <string_view>
 
 #include "common/result.h"
+#include "io/reactor_fd.h"
 
 namespace sg::io {
 
 using tcp = asio::ip::tcp;
-using Descriptor = asio::posix::basic_stream_descriptor<asio::io_context::executor_type>;
 
 // "a.b.c.d:port" or "[v6]:port". IPv4 is formatted by hand: Asio's to_string goes through
 // inet_ntop's sprintf, which cost 4% of a connection-per-request's user-space instructions.
@@ -48,7 +47,11 @@ class Socket {
   // Takes ownership of `fd` (already non-blocking). On failure `fd` is closed.
   static Result<Socket> adopt(IoContext io, int fd);
   Socket(Socket&& o) noexcept
-      : desc_(std::move(o.desc_)), recv_(o.recv_), fd_(o.fd_), streaming_(o.streaming_) {
+      : desc_(std::move(o.desc_)),
+        recv_(o.recv_),
+        fd_(o.fd_),
+        streaming_(o.streaming_),
+        read_drained_(o.read_drained_) {
     o.fd_ = -1;
     o.desc_.reset();
     o.recv_ = nullptr;
@@ -67,7 +70,7 @@ class Socket {
   // (a TLS close_notify) goes last if the socket takes it without waiting.
   void close(std::string_view tail = {});
   // The reactor registration (null on io_uring, or when closed).
-  Descriptor* reactor_handle() { return desc_.get(); }
+  ReactorFd* reactor_handle() { return desc_.get(); }
   // io_uring: the socket's receive, started by a readable wait and kept (with what it
   // received) until a read has taken all of it (holds a reference; see io/uring.h).
   UringOp*& receive_op() { return recv_; }
@@ -86,6 +89,10 @@ class Socket {
   // io_uring: the last read filled its buffer, so more bytes are probably waiting (a body
   // streams): the next read tries recv first instead of a receive's round trip.
   bool& streaming() { return streaming_; }
+  // epoll: the last read left nothing, not even a FIN (EAGAIN, or TCP_INQ said so; for a
+  // listener, an accept4 that found no connection), so a readable wait need not look
+  // before it sleeps (io/reactor_fd.h). False when unknown.
+  bool& read_drained() { return read_drained_; }
 
   tcp::endpoint local_endpoint() const;
 
@@ -97,14 +104,15 @@ class Socket {
 
   // (fd_ beside streaming_: no padding, so that an idle connection's task stays in its
   // allocation class; see proxy/session.cpp.)
-  // epoll driver: owns fd_ (closing it closes fd_). On the heap, so that a socket on
-  // io_uring, and an idle connection's task with it, does not carry Asio's 40 bytes; on
-  // epoll one allocation per socket, beside the reactor's own per-descriptor state.
-  std::unique_ptr<Descriptor> desc_;
+  // epoll driver: the registration (deregistered before fd_ closes). On the heap, so that
+  // a socket on io_uring, and an idle connection's task with it, stays small; on epoll one
+  // allocation per socket, beside the reactor's own per-descriptor state.
+  std::unique_ptr<ReactorFd> desc_;
   UringOp* recv_ = nullptr;
   std::atomic<UringOp*> send_{nullptr};
   int fd_ = -1;
   bool streaming_ = false;
+  bool read_drained_ = false;
 };
 
 }  // namespace sg::io

@@ -116,6 +116,7 @@ exec::Task<SpliceResult> splice_exact(TcpStream& from, TcpStream& to, std::span<
     bool source_blocked = false;
     if (left > 0 && pipe.room() > 0) {
       const ssize_t r = splice_now(from.native_handle(), pipe.w(), std::min<uint64_t>(left, pipe.room()));
+      from.socket().read_drained() = r == -EAGAIN;  // (for epoll's readable waits: io/reactor_fd.h)
       if (r == 0) co_return fail(F::kSource, {});  // closed before the end
       if (r > 0) {
         left -= static_cast<uint64_t>(r);

@@ -34,13 +34,47 @@ struct SpendBudget {
   void await_resume() const noexcept {}
 };
 
-// One non-blocking recv: nullopt when it would block.
-std::optional<IoResult> recv_now(int fd, std::span<char> buf) {
+// What a recvmsg's TCP_INQ control message says is left in the socket after it (a FIN
+// alone counts 1), or -1 without one.
+int bytes_left(msghdr& msg) {
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != IPPROTO_TCP || c->cmsg_type != TCP_CM_INQ) continue;
+    int left;
+    std::memcpy(&left, CMSG_DATA(c), sizeof(left));
+    return left;
+  }
+  return -1;
+}
+
+// One non-blocking read: nullopt when it would block. On epoll a recvmsg, which also
+// learns from TCP_INQ (set on epoll's sockets: new_socket) whether it left the socket
+// empty, for the next readable wait (Socket::read_drained, io/reactor_fd.h).
+std::optional<IoResult> recv_now(Socket& s, std::span<char> buf) {
+  const int fd = s.native_handle();
+  const bool track = s.reactor_handle() != nullptr;
   for (;;) {
-    ssize_t n = ::recv(fd, buf.data(), buf.size(), 0);
-    if (n >= 0) return IoResult{{}, static_cast<std::size_t>(n)};
+    ssize_t n;
+    int left = -1;
+    if (track) {
+      iovec iov{buf.data(), buf.size()};
+      alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+      msghdr msg{};
+      msg.msg_iov = &iov;
+      msg.msg_iovlen = 1;
+      msg.msg_control = control;
+      msg.msg_controllen = sizeof(control);
+      n = ::recvmsg(fd, &msg, 0);
+      if (n > 0) left = bytes_left(msg);
+    } else {
+      n = ::recv(fd, buf.data(), buf.size(), 0);
+    }
+    if (n >= 0) {
+      s.read_drained() = track && n > 0 && left == 0;
+      return IoResult{{}, static_cast<std::size_t>(n)};
+    }
     int e = errno;
     if (e == EINTR) continue;
+    s.read_drained() = track && would_block(e);
     if (would_block(e)) return std::nullopt;
     return IoResult{{e, std::system_category()}, 0};
   }
@@ -171,7 +205,7 @@ std::optional<IoResult> TcpStream::take_received(std::span<char> buf) {
   if (op->res == -ENOBUFS) {
     // The ring had no free buffer: the bytes are still in the socket.
     release(std::exchange(op, nullptr));
-    return recv_now(sock_.native_handle(), buf);
+    return recv_now(sock_, buf);
   }
   // An error or EOF stays (every later read sees it again, as recv would); bytes are
   // copied out until none are left, then the receive (and its buffer) goes.
@@ -195,7 +229,7 @@ exec::Task<IoResult> TcpStream::read_some(std::span<char> buf, Deadline dl, Read
       if (!got && sock_.streaming() && sock_.receive_op() == nullptr) {
         // A body streams: what follows is most likely there already, and one recv costs
         // less than a receive's round trip through the ring (two task polls).
-        got = recv_now(sock_.native_handle(), buf);
+        got = recv_now(sock_, buf);
         sock_.streaming() = got && !got->ec && got->n == buf.size();
       }
       if (got) {
@@ -208,7 +242,7 @@ exec::Task<IoResult> TcpStream::read_some(std::span<char> buf, Deadline dl, Read
     }
   }
   for (;;) {
-    if (std::optional<IoResult> got = recv_now(sock_.native_handle(), buf)) {
+    if (std::optional<IoResult> got = recv_now(sock_, buf)) {
       co_await SpendBudget{};
       co_return *got;
     }
@@ -220,7 +254,7 @@ exec::Task<IoResult> TcpStream::read_some(std::span<char> buf, Deadline dl, Read
 std::optional<IoResult> TcpStream::try_read(std::span<char> buf) {
   // A receive that is still running gets the next bytes: a recv now could reorder them.
   if (sock_.receive_op() != nullptr) return take_received(buf);
-  return recv_now(sock_.native_handle(), buf);
+  return recv_now(sock_, buf);
 }
 
 exec::Task<std::error_code> TcpStream::write_all(std::span<const std::string_view> bufs, Deadline dl,
@@ -346,6 +380,14 @@ tcp::endpoint TcpStream::local_endpoint() const { return sock_.local_endpoint();
 namespace {
 
 // A new non-blocking TCP socket for `family` with TCP_NODELAY on, registered on `io`.
+// On epoll, reads report what they leave in the socket (TCP_INQ; recv_now), and a
+// listener's accepted sockets inherit it. Refused (a kernel before 4.18): readable waits
+// then look before they sleep, as they would on a socket whose read left bytes.
+void report_bytes_left(IoContext io, int fd) {
+  const int one = 1;
+  if (io.reactor != nullptr) (void)::setsockopt(fd, IPPROTO_TCP, TCP_INQ, &one, sizeof(one));
+}
+
 Result<Socket> new_socket(IoContext io, int family) {
   int fd = ::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return errno_code();
@@ -355,6 +397,7 @@ Result<Socket> new_socket(IoContext io, int family) {
     ::close(fd);
     return ec;
   }
+  report_bytes_left(io, fd);
   return Socket::adopt(io, fd);
 }
 
@@ -418,6 +461,7 @@ Result<TcpListener> TcpListener::adopt(IoContext io, int fd) {
     ::close(fd);
     return ec;
   }
+  report_bytes_left(io, fd);
   auto s = Socket::adopt(io, fd);  // closes fd on failure
   if (!s.ok()) return s.error();
   return TcpListener(std::move(*s), io);
@@ -530,13 +574,17 @@ Result<std::optional<TcpStream>> TcpListener::try_accept(tcp::endpoint* peer) {
     tcp::endpoint from;
     socklen_t len = static_cast<socklen_t>(from.capacity());
     int fd = ::accept4(sock_.native_handle(), from.data(), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    sock_.read_drained() = false;  // (an accept may leave more queued)
     if (fd >= 0) {
       from.resize(len);
       return adopt_accepted(fd, peer, &from);
     }
     int e = errno;
     if (e == EINTR || e == ECONNABORTED) continue;
-    if (would_block(e)) return std::optional<TcpStream>();
+    if (would_block(e)) {
+      sock_.read_drained() = true;  // for epoll's next readable wait (io/reactor_fd.h)
+      return std::optional<TcpStream>();
+    }
     return std::error_code{e, std::system_category()};
   }
 }

@@ -6,10 +6,13 @@
 
 namespace sg::io {
 
-void ReadyWait::start(Socket& s, Interest what, exec::Waker w, std::size_t tag) {
-  if (Descriptor* d = s.reactor_handle()) {
-    d->async_wait(what == Interest::kRead ? Descriptor::wait_read : Descriptor::wait_write,
-                  WaitHandler(std::move(w), tag));
+void ReadyWait::start(Socket& s, Interest what, exec::Waker w, std::size_t tag, WaitRole role) {
+  if (ReactorFd* r = s.reactor_handle()) {
+    // A write waits only after a write (or connect) that would have blocked: nothing to
+    // look at first (io/reactor_fd.h).
+    const bool writable = what == Interest::kWrite;
+    const bool check_now = !writable && !s.read_drained();
+    r->start_wait(writable, check_now, role == WaitRole::kIo, std::move(w), tag);
     return;
   }
   UringDriver* ring = current_ring();
@@ -29,11 +32,11 @@ void ReadyWait::cancel() noexcept {
   op_ = nullptr;
 }
 
-void ReceiveWait::start(Socket& s, exec::Waker w, std::size_t tag) {
+void ReceiveWait::start(Socket& s, exec::Waker w, std::size_t tag, WaitRole role) {
   UringOp*& op = s.receive_op();
   UringDriver* ring = s.reactor_handle() == nullptr ? current_ring() : nullptr;
   if (op == nullptr && (ring == nullptr || !ring->receives() || !s.is_open())) {
-    poll_.start(s, Interest::kRead, std::move(w), tag);
+    poll_.start(s, Interest::kRead, std::move(w), tag, role);
     return;
   }
   if (op == nullptr) {

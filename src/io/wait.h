@@ -1,19 +1,13 @@
 // Socket readiness waits and deadlines, on either I/O driver.
 //
-// ReadyWait is the one way src/io waits for a socket. On the epoll driver it is an Asio
-// wait whose handler (WaitHandler, the only completion handler src/io gives Asio) records
-// the result in the waiting task and wakes it (the task then runs on a worker); it never
-// runs user code. Destroyed without being invoked (the io_context is being destroyed at
-// shutdown), that handler completes the wait as aborted so the waiting task is dropped
-// rather than leaked; its memory comes from the executor's task allocator. On io_uring it
-// is a poll operation on the waiting worker's ring (io/uring.h). Deadlines never go
+// ReadyWait is the one way src/io waits for a socket. On the epoll driver it is a
+// readiness operation queued on Asio's reactor (io/reactor_fd.h), which wakes the waiting
+// task (the task then runs on a worker) and never runs user code; dropped at shutdown, it
+// completes the wait as aborted so the waiting task is dropped rather than leaked. On
+// io_uring it is a poll operation on the waiting worker's ring (io/uring.h). Deadlines never go
 // through Asio's timer queue: they are entries on the executor's timing wheels
 // (exec/timers.h), fired by the driver's holder.
 #pragma once
-
-#include <asio/associated_allocator.hpp>
-#include <asio/error.hpp>
-#include <asio/io_context.hpp>
 
 #include <chrono>
 #include <coroutine>
@@ -43,40 +37,14 @@ struct Deadline {
   friend Deadline earliest(Deadline a, Deadline b) { return a.at <= b.at ? a : b; }
 };
 
-template <class T>
-struct TaskAllocator {
-  using value_type = T;
-  TaskAllocator() noexcept = default;
-  template <class U>
-  TaskAllocator(const TaskAllocator<U>&) noexcept {}  // NOLINT
-  T* allocate(std::size_t n) { return static_cast<T*>(exec::task_alloc(n * sizeof(T))); }
-  void deallocate(T* p, std::size_t n) noexcept { exec::task_free(p, n * sizeof(T)); }
-  friend bool operator==(const TaskAllocator&, const TaskAllocator&) noexcept { return true; }
-  friend bool operator!=(const TaskAllocator&, const TaskAllocator&) noexcept { return false; }
-};
-
 // Tags in WaitResult::value telling which of several raced operations completed.
 inline constexpr std::size_t kTagReady = 0;
 inline constexpr std::size_t kTagTimer = 1;
 
-class WaitHandler {
- public:
-  using allocator_type = TaskAllocator<void>;
-  allocator_type get_allocator() const noexcept { return {}; }
-
-  WaitHandler(exec::Waker w, std::size_t tag) noexcept : waker_(std::move(w)), tag_(tag) {}
-  WaitHandler(WaitHandler&&) noexcept = default;
-  WaitHandler& operator=(WaitHandler&&) noexcept = default;
-  ~WaitHandler() {
-    if (waker_) std::move(waker_).wake({asio::error::operation_aborted, tag_}, exec::ScheduleKind::kDriver);
-  }
-
-  void operator()(const std::error_code& ec) { std::move(waker_).wake({ec, tag_}, exec::ScheduleKind::kDriver); }
-
- private:
-  exec::Waker waker_;
-  std::size_t tag_;
-};
+// Whether a wait's task reads (or writes) the socket once woken (kIo), or only looks at it
+// (kWatch: a client watched for a close while its request is served elsewhere). On epoll a
+// watch's wake leaves the socket's readiness for its reader (io/reactor_fd.h).
+enum class WaitRole : uint8_t { kIo, kWatch };
 
 // Races a wait against `deadline` (if set): the timer completes the same armed wait with
 // kTagTimer; a deadline already due completes it at once. Shared by the awaiters below.
@@ -91,8 +59,8 @@ inline void arm_deadline(exec::TimerEntry& timer, Deadline deadline, exec::Waker
 // is ready for `what` (readable also means EOF or an error), or with the error. cancel()
 // (and the destructor) stops a wait that lost a race (its deadline, or the other socket of
 // an EitherAwaiter): on io_uring the poll is cancelled on the ring it was started on; on
-// epoll the Asio wait stays queued until the socket is ready or closed, and its handler
-// then finds the wait taken (exec::Waker's generation) and only drops its reference.
+// epoll the wait stays queued until the socket is ready or closed, and then finds the
+// wait taken (exec::Waker's generation).
 class ReadyWait {
  public:
   ReadyWait() = default;
@@ -100,7 +68,7 @@ class ReadyWait {
   ReadyWait& operator=(const ReadyWait&) = delete;
   ~ReadyWait() { cancel(); }
 
-  void start(Socket& s, Interest what, exec::Waker w, std::size_t tag);
+  void start(Socket& s, Interest what, exec::Waker w, std::size_t tag, WaitRole role = WaitRole::kIo);
   void cancel() noexcept;
 
  private:
@@ -119,7 +87,7 @@ class ReceiveWait {
   ReceiveWait& operator=(const ReceiveWait&) = delete;
   ~ReceiveWait() { stop(); }
 
-  void start(Socket& s, exec::Waker w, std::size_t tag);
+  void start(Socket& s, exec::Waker w, std::size_t tag, WaitRole role = WaitRole::kIo);
   void stop() noexcept;
 
  private:
@@ -208,7 +176,7 @@ struct EitherAwaiter {
   bool await_ready() const noexcept { return ready_now; }
   void await_suspend(std::coroutine_handle<> h) {
     exec::Waker w = exec::arm_wait(h);
-    if (b != nullptr) wait_b.start(*b, w.clone(), kTagReady + 2);
+    if (b != nullptr) wait_b.start(*b, w.clone(), kTagReady + 2, WaitRole::kWatch);
     wait_a.start(a, deadline, std::move(w));
   }
   EitherReadable await_resume() {

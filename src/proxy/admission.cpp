@@ -16,7 +16,8 @@ class QueueWait final : public exec::WaitTimeout {
   QueueWait(io::Deadline dl, io::Stream& client) : dl_(dl), client_(client) {}
   void arm(exec::Waker w) override {
     io::arm_deadline(timer_, dl_, w.clone());
-    client_wait_.start(client_.tcp().socket(), io::Interest::kRead, std::move(w), io::kTagReady);
+    client_wait_.start(client_.tcp().socket(), io::Interest::kRead, std::move(w), io::kTagReady,
+                       io::WaitRole::kWatch);
   }
   void cancel() override {
     timer_.cancel();

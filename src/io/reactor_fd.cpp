@@ -1,0 +1,109 @@
+#include "io/reactor_fd.h"
+
+#include <poll.h>
+
+#include <asio/detail/reactor_op.hpp>
+#include <asio/error.hpp>
+
+#include "exec/alloc.h"
+
+namespace sg::io {
+
+namespace {
+
+using asio::detail::reactor;
+using asio::detail::reactor_op;
+
+// Whether `fd` is ready for `events` now (a hang-up or an error counts: poll reports them
+// whatever was asked).
+bool is_ready(int fd, short events) {
+  pollfd p{fd, events, 0};
+  return ::poll(&p, 1, 0) == 1;
+}
+
+// One readiness wait, queued on the descriptor like Asio's own operations (the protocol
+// is in the header). Its memory comes from the executor's task allocator.
+class ReadinessOp final : public reactor_op {
+ public:
+  ReadinessOp(int fd, bool writable, bool consuming, exec::Waker w, std::size_t tag)
+      : reactor_op(asio::error_code(), &ReadinessOp::perform, &ReadinessOp::complete),
+        waker_(std::move(w)),
+        tag_(tag),
+        fd_(fd),
+        events_(writable ? POLLOUT : POLLIN),
+        consuming_(consuming) {}
+
+  static void* operator new(std::size_t n) { return exec::task_alloc(n); }
+  static void operator delete(void* p, std::size_t n) noexcept { exec::task_free(p, n); }
+
+  // Set on the starting thread around reactor::start_op: a perform() of this operation on
+  // that thread is the reactor's speculative call, made before the operation is queued
+  // (no other thread can see it yet), not one for an event.
+  static thread_local ReadinessOp* starting;
+
+ private:
+  bool wake() { return std::move(waker_).wake({std::error_code{}, tag_}, exec::ScheduleKind::kDriver); }
+
+  // Under the descriptor's mutex.
+  static status perform(reactor_op* base) {
+    auto* op = static_cast<ReadinessOp*>(base);
+    if (op == starting) {
+      // The flag is set: an edge came that no waiting task took. Still ready?
+      if (is_ready(op->fd_, op->events_)) op->wake();
+      return not_done;  // queued either way: start never posts a completion
+    }
+    if (!op->waker_) return done;  // it woke its task when it started
+    const bool won = op->wake();
+    const bool last = asio::detail::op_queue_access::next(base) == nullptr;
+    return won && last && op->consuming_ ? done_and_exhausted : done;
+  }
+
+  // `owner` null: the reactor is being destroyed (shutdown) and drops its operations.
+  static void complete(void* owner, asio::detail::operation* base, const asio::error_code& ec, std::size_t) {
+    auto* op = static_cast<ReadinessOp*>(base);
+    exec::Waker w = std::move(op->waker_);
+    const std::size_t tag = op->tag_;
+    delete op;
+    // Still holding its waker only when no event came: deregistered (aborted) or dropped.
+    if (!w) return;
+    std::move(w).wake({owner != nullptr ? ec : asio::error::operation_aborted, tag}, exec::ScheduleKind::kDriver);
+  }
+
+  exec::Waker waker_;
+  std::size_t tag_;
+  int fd_;
+  short events_;
+  bool consuming_;  // its task reads or writes next (not a watch)
+};
+
+thread_local ReadinessOp* ReadinessOp::starting = nullptr;
+
+}  // namespace
+
+Result<std::unique_ptr<ReactorFd>> ReactorFd::register_fd(asio::io_context& ctx, int fd) {
+  auto& r = asio::use_service<reactor>(ctx);
+  std::unique_ptr<ReactorFd> rf(new ReactorFd(r, fd));
+  if (int e = r.register_descriptor(fd, rf->data_); e != 0) return std::error_code{e, std::system_category()};
+  return rf;
+}
+
+ReactorFd::~ReactorFd() {
+  // closing = false: EPOLL_CTL_DEL, since a duplicate of the descriptor (an inherited
+  // listener) would keep the registration alive past our close.
+  reactor_.deregister_descriptor(fd_, data_, /*closing=*/false);
+  reactor_.cleanup_descriptor_data(data_);
+}
+
+void ReactorFd::start_wait(bool writable, bool check_now, bool consuming, exec::Waker w, std::size_t tag) {
+  if (check_now && is_ready(fd_, writable ? POLLOUT : POLLIN)) {
+    std::move(w).wake({std::error_code{}, tag}, exec::ScheduleKind::kDriver);
+    return;
+  }
+  auto* op = new ReadinessOp(fd_, writable, consuming, std::move(w), tag);
+  ReadinessOp::starting = op;
+  reactor_.start_op(writable ? reactor::write_op : reactor::read_op, fd_, data_, op, /*is_continuation=*/false,
+                    /*allow_speculative=*/true);
+  ReadinessOp::starting = nullptr;
+}
+
+}  // namespace sg::io
