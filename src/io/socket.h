@@ -2,9 +2,9 @@
 //
 // On the epoll driver (Asio's reactor) a socket is registered with the reactor once, when
 // it is created (one epoll_ctl), and readiness waits are reactor operations of our own
-// (io/reactor_fd.h). On io_uring it is a plain descriptor: nothing is registered, and a wait is a poll
-// operation on the ring of the worker that waits (io/uring.h). On io_uring a stream's
-// readable wait is a receive whose bytes the socket keeps until a read takes them
+// (io/reactor_fd.h). On io_uring it is a plain descriptor: nothing is registered, and a
+// wait is a poll operation on the ring of the worker that waits (io/uring.h). On io_uring a
+// stream's readable wait is a receive whose bytes the socket keeps until a read takes them
 // (receive_op(); io/tcp.h), small writes, connects and closes are ring operations too.
 #pragma once
 

@@ -4,8 +4,8 @@
 // readiness operation queued on Asio's reactor (io/reactor_fd.h), which wakes the waiting
 // task (the task then runs on a worker) and never runs user code; dropped at shutdown, it
 // completes the wait as aborted so the waiting task is dropped rather than leaked. On
-// io_uring it is a poll operation on the waiting worker's ring (io/uring.h). Deadlines never go
-// through Asio's timer queue: they are entries on the executor's timing wheels
+// io_uring it is a poll operation on the waiting worker's ring (io/uring.h). Deadlines
+// never go through Asio's timer queue: they are entries on the executor's timing wheels
 // (exec/timers.h), fired by the driver's holder.
 #pragma once
 
@@ -15,7 +15,6 @@
 #include <optional>
 #include <system_error>
 
-#include "exec/alloc.h"
 #include "exec/coro.h"
 #include "exec/semaphore.h"
 #include "exec/timers.h"
