@@ -75,8 +75,9 @@ struct PublishedHistogram {
 struct alignas(64) PublishedWorkerStats {
   std::atomic<uint64_t> polls{0}, local_schedules{0}, remote_polled{0}, steals{0},
       steal_operations{0}, overflows{0}, lifo_hits{0}, lifo_capped{0}, priority_schedules{0}, forced_yields{0},
-      parks{0}, unparks{0}, driver_polls{0}, overdue_driver_polls{0}, batch_yields{0}, long_batch_yields{0}, busy_ns{0}, local_queue_depth{0},
-      global_queue_interval{0}, long_polls{0}, memory_reclaims{0}, memory_reclaimed_bytes{0};
+      parks{0}, unparks{0}, driver_polls{0}, overdue_driver_polls{0}, batch_yields{0}, long_batch_yields{0},
+      busy_ns{0}, local_queue_depth{0}, global_queue_interval{0}, long_polls{0}, memory_reclaims{0},
+      memory_reclaimed_bytes{0};
   PublishedHistogram sched_delay, poll_time;
 
   void publish(const WorkerCounters& c);

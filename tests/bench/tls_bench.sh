@@ -140,11 +140,14 @@ load() {
     full | resumed) n=$(grep -o '^[0-9]* connections in [0-9.]*s' <<<"$out" | awk '{s += $1} END {print s + 0}') ;;
     *) n=$(grep -o '[0-9]* requests in' <<<"$out" | awk '{print $1}') ;;
   esac
-  # "0m12.345s 0m6.789s"
-  echo "$n $(tail -1 <<<"$out" | awk '{for (i = 1; i <= 2; i++) {split($i, t, /[ms]/); s += t[1] * 60 + t[2]} print s}')"
+  # the children's line: "0m12.345s 0m6.789s"
+  local seconds
+  seconds=$(tail -1 <<<"$out" | awk '{for (i = 1; i <= 2; i++) {split($i, t, /[ms]/); s += t[1] * 60 + t[2]} print s}')
+  echo "$n $seconds"
 }
 
-printf '%-10s %-9s %10s %12s %7s %12s\n' scenario server req/s "CPU us/req" "idle %" "client us/req" >"$work/results.txt"
+printf '%-10s %-9s %10s %12s %7s %12s\n' scenario server req/s "CPU us/req" "idle %" "client us/req" \
+  >"$work/results.txt"
 for round in $(seq "$ROUNDS"); do
   # The server measured first in a scenario differs every round: in one order alone the
   # figures moved by up to 15% (the first run inherits a cold cache, the second the

@@ -23,6 +23,7 @@
 #include "io/uring.h"
 #include "../../support/eventually.h"
 #include "../../support/io_drivers.h"
+#include "../../support/io_server.h"
 #include "../../support/loopback.h"
 #include "../../support/workers.h"
 
@@ -30,6 +31,7 @@ namespace sg::io {
 namespace {
 
 using namespace std::chrono_literals;
+using sg::testing::bind_loopback;
 using sg::testing::uses_io_uring;
 using sg::testing::ring_ops_in_flight;
 using sg::testing::workers;
@@ -46,12 +48,6 @@ unsigned backlog_of(int listen_fd) {
   socklen_t len = sizeof(info);
   if (::getsockopt(listen_fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) return ~0u;
   return info.tcpi_unacked;
-}
-
-TcpListener bind_loopback(Runtime& rt) {
-  auto l = TcpListener::bind(rt.context(), tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0), {});
-  EXPECT_TRUE(l.ok());
-  return std::move(*l);
 }
 
 // Accepts one connection on `l` and closes it, from a task that first waits with nobody

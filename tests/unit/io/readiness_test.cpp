@@ -17,6 +17,7 @@
 #include "io/stream.h"
 #include "io/tcp.h"
 #include "../../support/io_drivers.h"
+#include "../../support/io_server.h"
 #include "../../support/loopback.h"
 #include "../../support/workers.h"
 
@@ -24,28 +25,13 @@ namespace sg::io {
 namespace {
 
 using namespace std::chrono_literals;
+using sg::testing::bind_loopback;
 using sg::testing::connect_loopback;
+using sg::testing::IdleWait;
 using sg::testing::workers;
 
 class Readiness : public ::testing::TestWithParam<IoDriverKind> {};
 INSTANTIATE_TEST_SUITE_P(Drivers, Readiness, sg::testing::kDrivers, sg::testing::driver_test_name);
-
-TcpListener bind_loopback(Runtime& rt) {
-  auto l = TcpListener::bind(rt.context(), tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0), {});
-  EXPECT_TRUE(l.ok());
-  return std::move(*l);
-}
-
-// Awaits a keep-alive connection's idle wait (a ReadableWait armed with the task's Waker,
-// as a BurstTask arms it between bursts): true once readable, false at the deadline.
-struct IdleWait {
-  Stream& s;
-  Deadline dl;
-  ReadableWait wait{};
-  bool await_ready() const noexcept { return false; }
-  void await_suspend(std::coroutine_handle<> h) { s.wait_readable(wait, dl, exec::arm_wait(h)); }
-  bool await_resume() { return wait.finish(exec::last_wait_result()); }
-};
 
 // A client that sends a request and half-closes at once, while the server waits to read:
 // one segment, one wake-up brings both. The read takes the bytes and leaves the FIN; the idle wait after

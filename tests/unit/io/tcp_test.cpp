@@ -26,6 +26,7 @@
 #include "../../support/drop_flag.h"
 #include "../../support/eventually.h"
 #include "../../support/io_drivers.h"
+#include "../../support/io_server.h"
 #include "../../support/loopback.h"
 #include "../../support/workers.h"
 
@@ -35,6 +36,7 @@ namespace {
 using namespace std::chrono_literals;
 using sg::testing::workers;
 using sg::testing::connect_loopback;
+using sg::testing::IdleWait;
 
 bool on_worker() { return exec::tl_ctx.worker != nullptr && !exec::tl_ctx.in_driver; }
 
@@ -181,17 +183,6 @@ TEST_P(Tcp, AcceptedStreamsAreNonBlockingWithNodelayAndAcceptReportsThePeer) {
   EXPECT_EQ(seen.peer.port(), client_port);
   ::close(fd);
 }
-
-// Awaits the idle wait of a keep-alive connection (Stream::wait_readable into a
-// ReadableWait), armed with the task's Waker as a BurstTask arms it between bursts.
-struct IdleWait {
-  Stream& s;
-  Deadline dl;
-  ReadableWait wait{};
-  bool await_ready() const noexcept { return false; }
-  void await_suspend(std::coroutine_handle<> h) { s.wait_readable(wait, dl, exec::arm_wait(h)); }
-  bool await_resume() { return wait.finish(exec::last_wait_result()); }
-};
 
 // The idle wait of a keep-alive connection: false at the deadline, true once bytes arrive,
 // and it consumes nothing (the read that follows gets them).
