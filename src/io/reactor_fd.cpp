@@ -3,6 +3,7 @@
 #include <poll.h>
 
 #include <asio/detail/reactor_op.hpp>
+#include <asio/detail/scheduler.hpp>
 #include <asio/error.hpp>
 
 #include "exec/alloc.h"
@@ -32,6 +33,9 @@ class ReadinessOp final : public reactor_op {
         fd_(fd),
         events_(writable ? POLLOUT : POLLIN),
         consuming_(consuming) {}
+
+  // The registration that was to hold this wait failed: it completes with `ec`.
+  void fail(int e) { failed_ = e; }
 
   static void* operator new(std::size_t n) { return exec::task_alloc(n); }
   static void operator delete(void* p, std::size_t n) noexcept { exec::task_free(p, n); }
@@ -63,10 +67,14 @@ class ReadinessOp final : public reactor_op {
     auto* op = static_cast<ReadinessOp*>(base);
     exec::Waker w = std::move(op->waker_);
     const std::size_t tag = op->tag_;
+    const int failed = op->failed_;
     delete op;
-    // Still holding its waker only when no event came: deregistered (aborted) or dropped.
+    // Still holding its waker only when no event came: deregistered (aborted), dropped,
+    // or never registered.
     if (!w) return;
-    std::move(w).wake({owner != nullptr ? ec : asio::error::operation_aborted, tag}, exec::ScheduleKind::kDriver);
+    std::error_code why = owner != nullptr ? ec : asio::error::operation_aborted;
+    if (failed != 0) why = {failed, std::system_category()};
+    std::move(w).wake({why, tag}, exec::ScheduleKind::kDriver);
   }
 
   exec::Waker waker_;
@@ -74,24 +82,17 @@ class ReadinessOp final : public reactor_op {
   int fd_;
   short events_;
   bool consuming_;  // its task reads or writes next (not a watch)
+  int failed_ = 0;  // errno of the registration meant to hold it
 };
 
 thread_local ReadinessOp* ReadinessOp::starting = nullptr;
 
 }  // namespace
 
-Result<std::unique_ptr<ReactorFd>> ReactorFd::register_fd(asio::io_context& ctx, int fd) {
-  auto& r = asio::use_service<reactor>(ctx);
-  std::unique_ptr<ReactorFd> rf(new ReactorFd(r, fd));
-  if (int e = r.register_descriptor(fd, rf->data_); e != 0) return std::error_code{e, std::system_category()};
-  return rf;
-}
-
 ReactorFd::~ReactorFd() {
-  // closing = false: EPOLL_CTL_DEL, since a duplicate of the descriptor (an inherited
-  // listener) would keep the registration alive past our close.
-  reactor_.deregister_descriptor(fd_, data_, /*closing=*/false);
-  reactor_.cleanup_descriptor_data(data_);
+  if (reactor_ == nullptr) return;
+  reactor_->deregister_descriptor(fd_, data_, /*closing=*/!may_be_duplicated_);
+  reactor_->cleanup_descriptor_data(data_);
 }
 
 void ReactorFd::start_wait(bool writable, bool check_now, bool consuming, exec::Waker w, std::size_t tag) {
@@ -100,9 +101,37 @@ void ReactorFd::start_wait(bool writable, bool check_now, bool consuming, exec::
     return;
   }
   auto* op = new ReadinessOp(fd_, writable, consuming, std::move(w), tag);
+  if (reactor_ == nullptr) {
+    auto& r = asio::use_service<reactor>(*home_);
+    if (!writable) {
+      // Registered with the wait in its queue: the socket was found empty (its last read, or
+      // the poll above) before the EPOLL_CTL_ADD, which reports what came since. A queued
+      // operation counts as the io_context's work until it completes: start_op counts it,
+      // this registration does not, and an operation that completed uncounted would let the
+      // count reach zero, which stops the io_context.
+      auto& work = asio::use_service<asio::detail::scheduler>(*home_);
+      work.work_started();
+      if (int e = r.register_internal_descriptor(reactor::read_op, fd_, data_, op); e != 0) {
+        op->fail(e);
+        r.deregister_internal_descriptor(fd_, data_);  // (destroys the wait: it completes with e)
+        r.cleanup_descriptor_data(data_);
+        work.work_finished();
+        return;
+      }
+      reactor_ = &r;
+      return;
+    }
+    if (int e = r.register_descriptor(fd_, data_); e != 0) {
+      r.cleanup_descriptor_data(data_);
+      op->fail(e);
+      op->destroy();  // (completes it with e)
+      return;
+    }
+    reactor_ = &r;
+  }
   ReadinessOp::starting = op;
-  reactor_.start_op(writable ? reactor::write_op : reactor::read_op, fd_, data_, op, /*is_continuation=*/false,
-                    /*allow_speculative=*/true);
+  reactor_->start_op(writable ? reactor::write_op : reactor::read_op, fd_, data_, op, /*is_continuation=*/false,
+                     /*allow_speculative=*/true);
   ReadinessOp::starting = nullptr;
 }
 

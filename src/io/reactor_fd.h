@@ -15,10 +15,10 @@
 //     bytes leaves the socket readable (EOF) with no edge to come, which is what nginx
 //     needs EPOLLRDHUP for, and Asio's reactor does not report it.
 //
-// The protocol. The descriptor is registered once, edge-triggered (EPOLLET). When an event
-// arrives, the reactor, under the descriptor's mutex, sets the direction's flag and
-// performs the queued operations in order; ours wakes its task right there
-// (exec::Waker::wake) and reports
+// The protocol. The descriptor is registered edge-triggered (EPOLLET) at its first wait,
+// not when the socket is made (see "Registration" below). When an event arrives, the
+// reactor, under the descriptor's mutex, sets the direction's flag and performs the queued
+// operations in order; ours wakes its task right there (exec::Waker::wake) and reports
 //   - done_and_exhausted when its wake won, nothing is queued behind it, and its task will
 //     read or write next (`consuming`): the reactor clears the flag, since that task now
 //     owns whatever the edge brought;
@@ -42,11 +42,24 @@
 // src/io: a write waits only after a write or connect that would have blocked, and at most
 // one task at a time reads (or writes) a socket; watches may be armed beside the reader.
 //
+// Registration. The reactor starts a descriptor with both flags set ("not known to be
+// empty"), so a first wait would poll even right after a read that saw EAGAIN: one poll
+// per new connection (1.0 per request with a connection per request). A first readable
+// wait on a drained socket instead registers the descriptor with the wait already queued
+// (the reactor's register_internal_descriptor): EPOLL_CTL_ADD reports whatever is ready
+// when it is made, as an event that finds the wait, and an edge after it does the same,
+// so nothing that came after the read can be missed. Other first waits (a connect's
+// writable wait, a socket not drained) register, then start as above.
+//
 // Waits are not cancelled: one whose task stopped waiting (its deadline or another socket
 // won) stays queued until the next event or the close, and then finds its exec::Waker
-// stale. The destructor deregisters (EPOLL_CTL_DEL: a duplicate of the descriptor, such
-// as a shared listener's, would keep the registration past our close) and aborts what is
-// queued.
+// stale. The destructor deregisters and aborts what is queued. A socket that may have
+// duplicates (a listener: inherited ones, and io_uring's shared ones, have them) is taken
+// out of the epoll set with EPOLL_CTL_DEL, since a duplicate would keep the registration
+// past our close; any other is taken out by its close, a syscall fewer per connection. (A
+// binary upgrade's fork holds a copy of every descriptor until its exec closes them: an
+// event of a socket closed in that window reaches the reactor's recycled state for it,
+// whose waits then wake once for nothing, read EAGAIN and wait again.)
 #pragma once
 
 #include <asio/io_context.hpp>
@@ -64,24 +77,32 @@ namespace sg::io {
 
 class ReactorFd {
  public:
-  // Registers `fd` (non-blocking; the caller keeps it and closes it after destroying this)
-  // with `ctx`'s reactor.
-  static Result<std::unique_ptr<ReactorFd>> register_fd(asio::io_context& ctx, int fd);
+  // For `fd` (non-blocking; the caller keeps it and closes it after destroying this), to
+  // be registered with `ctx`'s reactor at its first wait. `may_be_duplicated`: see above.
+  ReactorFd(asio::io_context& ctx, int fd, bool may_be_duplicated = false)
+      : home_(&ctx), fd_(fd), may_be_duplicated_(may_be_duplicated) {}
   ReactorFd(const ReactorFd&) = delete;
   ReactorFd& operator=(const ReactorFd&) = delete;
   ~ReactorFd();
 
+  void set_may_be_duplicated() { may_be_duplicated_ = true; }
+
   // Completes `w`'s wait with `tag` once the descriptor is readable (data, EOF or an
   // error) or, with `writable`, writable; with operation_aborted if it is deregistered
-  // first. `check_now` and `consuming`: see above.
+  // first, and with the error if it cannot be registered. `check_now` and `consuming`:
+  // see above.
   void start_wait(bool writable, bool check_now, bool consuming, exec::Waker w, std::size_t tag);
 
  private:
-  ReactorFd(asio::detail::reactor& r, int fd) : reactor_(r), fd_(fd) {}
+  // The first wait's registration; false (and `w` woken with the error) when it failed.
+  bool register_with(asio::detail::reactor& r, bool queue_read_wait, bool consuming, exec::Waker& w,
+                     std::size_t tag);
 
-  asio::detail::reactor& reactor_;
+  asio::io_context* home_;                         // where the descriptor is registered
+  asio::detail::reactor* reactor_ = nullptr;       // null until the first wait
   asio::detail::reactor::per_descriptor_data data_{};
   int fd_;
+  bool may_be_duplicated_;
 };
 
 }  // namespace sg::io

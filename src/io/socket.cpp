@@ -44,16 +44,9 @@ std::string endpoint_text(const tcp::endpoint& ep) {
   return "[" + ep.address().to_string() + "]:" + std::to_string(ep.port());
 }
 
-Result<Socket> Socket::adopt(IoContext io, int fd) {
+Socket Socket::adopt(IoContext io, int fd) {
   Socket s;
-  if (io.reactor != nullptr) {
-    auto reg = ReactorFd::register_fd(*io.reactor, fd);
-    if (!reg.ok()) {
-      ::close(fd);
-      return reg.error();
-    }
-    s.desc_ = std::move(*reg);
-  }
+  if (io.reactor != nullptr) s.desc_ = std::make_unique<ReactorFd>(*io.reactor, fd);
   s.fd_ = fd;
   return s;
 }

@@ -44,8 +44,9 @@ struct IoContext {
 class Socket {
  public:
   Socket() = default;
-  // Takes ownership of `fd` (already non-blocking). On failure `fd` is closed.
-  static Result<Socket> adopt(IoContext io, int fd);
+  // Takes ownership of `fd` (already non-blocking). On epoll it joins the reactor at its
+  // first wait (io/reactor_fd.h).
+  static Socket adopt(IoContext io, int fd);
   Socket(Socket&& o) noexcept
       : desc_(std::move(o.desc_)),
         recv_(o.recv_),

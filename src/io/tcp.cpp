@@ -462,18 +462,14 @@ Result<TcpListener> TcpListener::adopt(IoContext io, int fd) {
     return ec;
   }
   report_bytes_left(io, fd);
-  auto s = Socket::adopt(io, fd);  // closes fd on failure
-  if (!s.ok()) return s.error();
-  return TcpListener(std::move(*s), io);
+  return TcpListener(Socket::adopt(io, fd), io);
 }
 
 Result<TcpListener> TcpListener::share() {
   const int fd = ::fcntl(sock_.native_handle(), F_DUPFD_CLOEXEC, 0);
   if (fd < 0) return errno_code();
-  auto s = Socket::adopt(io_, fd);  // closes fd on failure
-  if (!s.ok()) return s.error();
   shared_ = true;
-  return TcpListener(std::move(*s), io_, true);
+  return TcpListener(Socket::adopt(io_, fd), io_, true);
 }
 
 namespace {
@@ -541,10 +537,8 @@ Result<std::optional<TcpStream>> TcpListener::adopt_accepted(int fd, tcp::endpoi
     asked.resize(len);
     from = &asked;
   }
-  auto s = Socket::adopt(io_, fd);  // closes fd on failure
-  if (!s.ok()) return s.error();
   if (peer != nullptr) *peer = *from;
-  return std::optional<TcpStream>(TcpStream(std::move(*s)));
+  return std::optional<TcpStream>(TcpStream(Socket::adopt(io_, fd)));
 }
 
 Result<std::optional<TcpStream>> TcpListener::try_accept(tcp::endpoint* peer) {

@@ -214,7 +214,10 @@ class TcpListener {
   int native_handle() { return sock_.native_handle(); }
 
  private:
-  TcpListener(Socket s, IoContext io, bool shared = false) : sock_(std::move(s)), io_(io), shared_(shared) {}
+  TcpListener(Socket s, IoContext io, bool shared = false) : sock_(std::move(s)), io_(io), shared_(shared) {
+    // Inherited and shared listening sockets have duplicates (io/reactor_fd.h).
+    if (ReactorFd* r = sock_.reactor_handle()) r->set_may_be_duplicated();
+  }
   // Waits for a connection: the multishot accept's next one on io_uring, readability on
   // epoll.
   exec::Task<std::error_code> wait_accepted(Deadline dl);

@@ -47,9 +47,7 @@ std::vector<WriterReader> make_streams(Runtime& rt, int n) {
     int sv[2];
     EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
     s.writer = sv[1];
-    auto sock = Socket::adopt(rt.context(), sv[0]);
-    EXPECT_TRUE(sock.ok());
-    s.reader = std::make_unique<TcpStream>(std::move(*sock));
+    s.reader = std::make_unique<TcpStream>(Socket::adopt(rt.context(), sv[0]));
   }
   return out;
 }
@@ -161,11 +159,8 @@ TEST_P(ReceiveStress, TaskToTaskStreamsThroughSendsAndReceivesArriveWholeAndInOr
   for (int i = 0; i < kPairs; ++i) {
     int sv[2];
     ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
-    auto r = Socket::adopt(rt.context(), sv[0]);
-    auto w = Socket::adopt(rt.context(), sv[1]);
-    ASSERT_TRUE(r.ok() && w.ok());
-    readers.push_back(std::make_unique<TcpStream>(std::move(*r)));
-    writers.push_back(std::make_unique<TcpStream>(std::move(*w)));
+    readers.push_back(std::make_unique<TcpStream>(Socket::adopt(rt.context(), sv[0])));
+    writers.push_back(std::make_unique<TcpStream>(Socket::adopt(rt.context(), sv[1])));
   }
   std::atomic<long> mismatches{0}, write_errors{0};
   std::vector<exec::JoinHandle<std::size_t>> got;

@@ -45,9 +45,7 @@ TEST_P(TlsStress, AReaderAndAWriterShareEachStream) {
     ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
     int on = 1;
     ASSERT_EQ(::ioctl(sv[0], FIONBIO, &on), 0);
-    auto s = Socket::adopt(rt.context(), sv[0]);
-    ASSERT_TRUE(s.ok());
-    streams.push_back(std::make_unique<Stream>(TcpStream(std::move(*s))));
+    streams.push_back(std::make_unique<Stream>(TcpStream(Socket::adopt(rt.context(), sv[0]))));
     clients.emplace_back([&tls, fd = sv[1]] {
       sg::testing::TlsClient client(tls.client(), fd);
       if (!client.handshake()) return;

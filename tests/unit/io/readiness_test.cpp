@@ -3,7 +3,9 @@
 // armed must wake the next wait at once. On epoll these are the cases where a wait may not
 // sleep without looking (io/reactor_fd.h: a socket counts as drained only when its last
 // read said nothing, not even a FIN, was left; a watch's wake leaves the readiness to the
-// reader); io_uring's receives see them by construction.
+// reader); io_uring's receives see them by construction. Also on epoll: a socket joins the
+// reactor at its first wait, and what came before that wait wakes it.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -109,6 +111,52 @@ TEST_P(Readiness, BytesThatWokeAWatchAreLeftForTheReader) {
   EXPECT_EQ(server.wait(), "ok");
   ::close(client);
   ::close(silent);
+}
+
+// A byte that arrives after a read found the new socket empty and before its first wait:
+// on epoll that wait is where the socket joins the reactor, which must report the byte
+// (the registration reports what is there, and this wait does not look first: its read
+// said the socket was empty).
+TEST_P(Readiness, BytesThatCameBeforeTheFirstWaitWakeIt) {
+  SG_DRIVER_RUNTIME(rt, workers(2));
+  TcpListener l = bind_loopback(rt);
+  int client = connect_loopback(l.local_endpoint().port());
+  ASSERT_GE(client, 0);
+  std::atomic<int> phase{0};
+  auto server = rt.spawn([&l, &phase]() -> exec::Task<std::string> {
+    auto c = co_await l.accept(Deadline::after(2s));
+    if (!c.ok()) co_return "accept failed";
+    char buf[64];
+    if (c->try_read(buf)) co_return "the socket was not empty";
+    phase = 1;
+    // (holds this worker until the byte is in the socket: nothing can wait on it meanwhile)
+    for (int i = 0; i < 400 && phase.load() < 2; ++i) std::this_thread::sleep_for(5ms);
+    const auto t0 = Clock::now();
+    IoResult r = co_await c->read_some(buf, Deadline::after(3s));
+    if (r.ec || r.n != 1) co_return "the first wait missed the byte: " + r.ec.message();
+    if (Clock::now() - t0 > 1s) co_return "woke late";
+    co_return "ok";
+  });
+  for (int i = 0; i < 400 && phase.load() < 1; ++i) std::this_thread::sleep_for(5ms);
+  ASSERT_EQ(::send(client, "1", 1, 0), 1);
+  std::this_thread::sleep_for(20ms);  // (the byte is in the server's socket)
+  phase = 2;
+  EXPECT_EQ(server.wait(), "ok");
+  ::close(client);
+}
+
+// epoll alone: a descriptor the reactor cannot take (epoll refuses regular files) fails the
+// wait that would register it, with the reason, instead of leaving it waiting.
+TEST(ReactorRegistration, AWaitThatCannotRegisterFailsWithTheReason) {
+  Runtime rt(workers(1));
+  const int fd = ::open("/tmp", O_TMPFILE | O_RDWR, 0600);
+  ASSERT_GE(fd, 0);
+  auto got = rt.spawn([fd, &rt]() -> exec::Task<std::error_code> {
+    Socket s = Socket::adopt(rt.context(), fd);
+    s.read_drained() = true;  // (so that the wait registers at once instead of polling)
+    co_return co_await wait_ready(s, Interest::kRead, Deadline::after(2s));
+  });
+  EXPECT_EQ(got.wait(), std::error_code(EPERM, std::system_category()));
 }
 
 }  // namespace
