@@ -401,10 +401,11 @@ struct CoroutineTaskVTable {
   static constexpr TaskVTable kVTable{&poll, &shutdown, &dealloc};
 
  private:
-  // RUNNING cleared; requeued if the task was woken while it ran.
+  // RUNNING cleared; requeued if the task was woken while it ran (by another worker's
+  // driver poll, say: the wake of an admitted request still goes to the priority lane).
   static void release_running(TaskHeader* h) noexcept {
     const uint32_t prev = h->state.fetch_and(~task_state::kRunning, std::memory_order_acq_rel);
-    if (prev & task_state::kNotified) schedule_task(h, ScheduleKind::kYield);
+    if (prev & task_state::kNotified) schedule_task(h, ScheduleKind::kRequeue);
   }
 };
 

@@ -91,8 +91,10 @@ struct TaskHeader {
 // Where a scheduled task should go (see Worker::schedule_local).
 enum class ScheduleKind : uint8_t {
   kWake,   // woken or spawned by the running task: LIFO slot when on a worker
-  kYield,  // back of the local queue (yield, forced yield, woken while running)
+  kYield,  // back of the local queue (yield, forced yield)
   kDriver, // woken by an I/O completion on the worker polling the driver: back of queue
+  kRequeue,  // woken while it ran (requeued when its poll returned): back of the local
+             // queue, or the priority lane for admitted work, whose wake-up it is
 };
 
 // Queues `t` on its runtime; called by whoever moved the task from idle to NOTIFIED. The

@@ -232,10 +232,11 @@ void Worker::schedule_local_slow(TaskHeader* t, ScheduleKind kind) {
   } else {
     push_back(t);
   }
-  // Others may steal what we just queued. Not for a yield (no runnable work was added),
-  // nor while dispatching driver completions (we are about to run them; park()
-  // notifies afterwards if there is surplus).
-  if (kind != ScheduleKind::kYield && !in_driver && scheduler_->idle().maybe_needs_wakeup()) {
+  // Others may steal what we just queued. Not for a yield or a requeue (no runnable work
+  // was added: the task was running here), nor while dispatching driver completions (we
+  // are about to run them; park() notifies afterwards if there is surplus).
+  if (kind != ScheduleKind::kYield && kind != ScheduleKind::kRequeue && !in_driver &&
+      scheduler_->idle().maybe_needs_wakeup()) {
     scheduler_->notify_parked();
   }
 }

@@ -503,5 +503,32 @@ TEST(Runtime, StatsCountPollsAndSchedulingDelay) {
   EXPECT_EQ(s.injection_queue_depth, 0u);
 }
 
+// A wake-up that arrives while its task still runs (another worker's driver poll completes
+// the wait the task has just armed) is applied when the poll returns: an admitted task's
+// still goes to the priority lane, as any other wake-up of it does; a yield does not.
+struct WokenWhileRunning {
+  bool await_ready() const noexcept { return false; }
+  void await_suspend(std::coroutine_handle<> h) { arm_wait(h).wake(); }
+  void await_resume() const noexcept {}
+};
+
+TEST(Runtime, AnAdmittedTaskWokenWhileItRunsGoesToThePriorityLane) {
+  Runtime rt(workers(1));
+  rt.block_on([]() -> Task<void> {
+    set_current_task_priority(true);
+    for (int i = 0; i < 10; ++i) co_await yield_now();
+    set_current_task_priority(false);
+  });
+  ASSERT_TRUE(eventually([&] { return rt.stats().total().polls >= 11; }));  // (published)
+  const uint64_t after_yields = rt.stats().total().priority_schedules;
+  EXPECT_EQ(after_yields, 0u);
+  rt.block_on([]() -> Task<void> {
+    set_current_task_priority(true);
+    for (int i = 0; i < 10; ++i) co_await WokenWhileRunning{};
+    set_current_task_priority(false);
+  });
+  EXPECT_TRUE(eventually([&] { return rt.stats().total().priority_schedules >= after_yields + 10; }));
+}
+
 }  // namespace
 }  // namespace sg::exec
