@@ -41,7 +41,7 @@ struct RuntimeSection {
   bool task_diagnostics = true;           // per-task records for /debug/tasks
   Duration long_poll_threshold{10};       // a poll this long is counted and logged
   uint32_t driver_visit_after_poll_us = 100;  // a poll this long is followed by a driver poll
-  bool yield_between_batches = true;      // io_uring: yield the CPU between batches of a ring
+  bool yield_between_batches = true;      // yield the CPU before taking the driver's completions
   Duration idle_memory_reclaim{1000};     // a worker idle this long gives cached memory back
   bool operator==(const RuntimeSection&) const = default;
 };

@@ -98,17 +98,19 @@ struct RuntimeConfig {
   // With poll_timing: a poll at least this long makes its worker poll the I/O driver right
   // after it, not only every event_interval ticks (Worker::visit_driver_after); 0: never.
   std::chrono::nanoseconds driver_visit_after_poll = kDefaultDriverVisitAfterPoll;
-  // A worker whose driver batches submissions (io_uring) and already holds completions
-  // once a batch's submissions are flushed yields its CPU (sched_yield) before taking
-  // them (Worker::run). Only the ring's own worker can take a ring's completions, so on
-  // CPUs shared with other busy threads (its sibling workers among them), a worker that
-  // never runs dry would otherwise keep its CPU until the kernel's tick preempts it,
-  // while the connections of a worker waiting for that CPU wait as long (a tick is 4 ms
-  // at HZ=250). With no other thread waiting for the CPU, the yield returns at once.
+  // A worker that runs dry with completions (maybe) ready in its driver yields its CPU
+  // (sched_yield) before taking them (Worker::run; on io_uring once a batch's submissions
+  // are flushed, on epoll before it looks). Only the ring's own worker can take a ring's
+  // completions, so on CPUs shared with other busy threads (its sibling workers among
+  // them), a worker that never runs dry would otherwise keep its CPU until the kernel's
+  // tick preempts it, while the connections of a worker waiting for that CPU wait as long
+  // (a tick is 4 ms at HZ=250). With no other thread waiting for the CPU, the yield
+  // returns at once.
   // Measured on 2 CPUs shared with the load generator and the backend (2 workers, small
   // keep-alive GETs): p99 4.6 -> 1.2-1.4 ms, req/s and CPU per request unchanged or
-  // better. The price: a CPU-bound thread waiting for the CPU takes it for a whole slice
-  // (beside one busy loop: p99 5.1 -> 7.8 ms, 0.95x req/s), counted as long yields.
+  // better; on epoll, see io/reactor.h. The price: a CPU-bound thread waiting for the CPU
+  // takes it for a whole slice (beside one busy loop: p99 5.1 -> 7.8 ms, 0.95x req/s),
+  // counted as long yields.
   bool yield_between_batches = true;
   // Called on the worker, at most once a second per worker, for a long poll.
   LongPollHook on_long_poll = nullptr;

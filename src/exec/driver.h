@@ -31,12 +31,14 @@ class Driver {
   // starts, detach() before it exits.
   virtual void attach() {}
   virtual void detach() {}
-  // A driver that queues submissions (io_uring) flushes them here, whenever its worker's
-  // local queue runs dry (before it steals or parks); others leave batches_submissions()
-  // false and are not called. Returns whether completions are ready for a poll() to
-  // dispatch now (posted, or waiting to be run by the next entry into the kernel): the
-  // worker then takes them instead of stealing or parking.
-  virtual bool batches_submissions() const { return false; }
+  // Called whenever a worker's local queue runs dry (before it steals or parks), on a driver
+  // whose visited_when_idle() says so: one that queues submissions (io_uring) flushes them
+  // here. Returns whether completions may be ready for a poll() to dispatch now (posted, or
+  // waiting to be run by the next entry into the kernel; a driver that cannot tell without
+  // a syscall, the epoll reactor, says they may): the worker then yields its CPU once and
+  // takes them, instead of stealing or parking (exec/worker.cpp). Others leave
+  // visited_when_idle() false and are not called.
+  virtual bool visited_when_idle() const { return false; }
   virtual bool flush() { return false; }
   // Destroys everything still pending (handlers complete their waits as aborted). Called
   // once, after the workers have stopped: a per-worker driver by its worker's thread, as
@@ -81,7 +83,7 @@ struct DriverSlot {
   Timers* timers = nullptr;
   std::size_t timer_group = 0;  // the timers this slot's holder advances (Timers groups)
   bool own = false;             // a per-worker driver: attached to and flushed by its worker
-  bool flushes = false;         // driver->batches_submissions()
+  bool visited_when_idle = false;  // driver->visited_when_idle()
   std::mutex lock;
 };
 

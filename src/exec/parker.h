@@ -37,11 +37,11 @@ class Parker {
   std::optional<uint32_t> poll_driver(uint32_t max_events);
   void unpark();
   // A per-worker driver's thread hooks (exec::Driver::attach/detach), and the flush of
-  // queued submissions at the end of a batch (a no-op test when the driver queues none),
-  // which says whether completions are ready to poll (exec::Driver::flush).
+  // queued submissions at the end of a batch (false when the driver is not visited then),
+  // which says whether completions may be ready to poll (exec::Driver::flush).
   void attach() { if (driver_->own) driver_->driver->attach(); }
   void detach() { if (driver_->own) driver_->driver->detach(); }
-  bool flush() { return driver_->flushes && driver_->driver->flush(); }
+  bool flush() { return driver_->visited_when_idle && driver_->driver->flush(); }
   // A per-worker driver is shut down by its worker's thread, the last thing it does.
   void shutdown_own_driver() { if (driver_->own) driver_->driver->shutdown(); }
 

@@ -65,7 +65,7 @@ Scheduler::Scheduler(const RuntimeConfig& cfg, std::unique_ptr<Driver> driver, D
     slots_[i].timers = &timers_;
     slots_[i].timer_group = i;
     slots_[i].own = per_worker_drivers_;
-    slots_[i].flushes = slots_[i].driver->batches_submissions();
+    slots_[i].visited_when_idle = slots_[i].driver->visited_when_idle();
     timers_.set_driver(i, slots_[i].driver);
   }
   live_ = std::make_unique<LiveSlot[]>(cfg_.worker_threads + 1);

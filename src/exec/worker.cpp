@@ -8,8 +8,9 @@
 //      behind local ping-pong); otherwise the priority lane (at most kMaxPriorityStreak in
 //      a row while other work waits), LIFO slot, local queue, then that share of the
 //      injection queue (enough to fill the local queue to half, at least one task).
-//   3. A per-worker driver that batches submissions (io_uring) flushes them; if its own
-//      ring already holds completions, the worker yields its CPU once (see
+//   3. The driver (exec::Driver::visited_when_idle: both of src/io's) flushes what it
+//      queued (io_uring's submissions); if it may hold completions (a ring knows, the
+//      epoll reactor cannot tell), the worker yields its CPU once (see
 //      yield_between_batches in exec/config.h), then polls them and starts over (while
 //      such a poll dispatches something), without stealing or the idle protocol.
 //   4. steal_work(): become a searcher (at most half the workers at once), steal half of a
@@ -163,9 +164,10 @@ void Worker::run() {
     clock = 0;
     end_batch();
     // The batch's submissions go to the kernel before we look elsewhere. Completions that
-    // are already on our own ring are our work: we take them before looking at the other
-    // workers' queues, and without the idle protocol (searching, parked, unparked: shared
-    // state and a mutex) that a park which returns at once would go through.
+    // are already on our own ring (or in the reactor) are our work: we take them before
+    // looking at the other workers' queues, and without the idle protocol (searching,
+    // parked, unparked: shared state and a mutex) that a park which returns at once would
+    // go through.
     // Only while such a visit dispatches something: a ring can say it is ready and then
     // yield nothing (io_uring's task-work flag, left set: io/uring.cpp, flush), and a
     // worker that kept visiting it spun a CPU while the gateway was idle. A visit that

@@ -250,7 +250,7 @@ class UringDriver final : public exec::Driver {
   uint32_t poll(uint32_t max_events) override;
   void attach() override;
   void detach() override;
-  bool batches_submissions() const override { return true; }
+  bool visited_when_idle() const override { return true; }
   bool flush() override;
   void unpark() override;
   void shutdown() override;

@@ -215,7 +215,7 @@ class ReadyAtFlushDriver final : public Driver {
     return complete(max);
   }
   void unpark() override { sleep_.unpark(); }
-  bool batches_submissions() const override { return true; }
+  bool visited_when_idle() const override { return true; }
   bool flush() override { return !ready_.empty(); }
   void shutdown() override {}
   void submit(Waker w) { ready_.push_back(std::move(w)); }  // only from its worker's thread
@@ -333,7 +333,7 @@ class AlwaysReadyDriver final : public Driver {
     return 0;
   }
   void unpark() override { sleep_.unpark(); }
-  bool batches_submissions() const override { return true; }
+  bool visited_when_idle() const override { return true; }
   bool flush() override { return true; }
   void shutdown() override {}
 
