@@ -1,7 +1,7 @@
 // A socket descriptor on the runtime's I/O driver, and where sockets are created.
 //
-// On the epoll driver (Asio's reactor) a socket is registered with the reactor once, when
-// it is created (one epoll_ctl), and readiness waits are reactor operations of our own
+// On the epoll driver (Asio's reactor) a socket is registered with the reactor once, at
+// its first wait (one epoll_ctl), and readiness waits are reactor operations of our own
 // (io/reactor_fd.h). On io_uring it is a plain descriptor: nothing is registered, and a
 // wait is a poll operation on the ring of the worker that waits (io/uring.h). On io_uring a
 // stream's readable wait is a receive whose bytes the socket keeps until a read takes them
@@ -35,8 +35,8 @@ std::size_t write_endpoint_v4_text(const tcp::endpoint& ep, char (&out)[kEndpoin
 enum class Interest : uint8_t { kRead, kWrite };
 struct UringOp;
 
-// Where sockets are created: with a reactor (the epoll driver), registered with it;
-// without one (io_uring), plain descriptors.
+// Where sockets are created: with a reactor (the epoll driver), registered with it at
+// their first wait; without one (io_uring), plain descriptors.
 struct IoContext {
   asio::io_context* reactor = nullptr;
 };
@@ -70,7 +70,7 @@ class Socket {
   // still running is not: the descriptor closes once it has finished (io/uring.h). `tail`
   // (a TLS close_notify) goes last if the socket takes it without waiting.
   void close(std::string_view tail = {});
-  // The reactor registration (null on io_uring, or when closed).
+  // The reactor registration, made at the first wait (null on io_uring, or when closed).
   ReactorFd* reactor_handle() { return desc_.get(); }
   // io_uring: the socket's receive, started by a readable wait and kept (with what it
   // received) until a read has taken all of it (holds a reference; see io/uring.h).
