@@ -74,10 +74,11 @@ const Table<RuntimeSection>& runtime_table() {
                "on epoll a worker that ran dry slept and was woken for the next event. Measured on 2 CPUs shared "
                "with the load generator and the backend: small keep-alive GETs' p99 4.6 -> 1.4 ms on io_uring "
                "at the same req/s and CPU; on epoll p99 0.64-0.70x, and 0.86-0.89x CPU per request with a "
-               "connection per request. With no other thread waiting for the CPU the yield returns at once. The price, where a CPU-bound process shares the CPUs: it takes the CPU at a yield "
-               "for a whole time slice (beside one busy loop: p99 5.1 -> 7.8 ms, 0.95x req/s); such yields are "
-               "counted in `stealgate_executor_long_batch_yields_total{worker}`, and where they grow, `false` (or "
-               "cores of its own) serves better. All yields: `stealgate_executor_batch_yields_total{worker}`"),
+               "connection per request. With no other thread waiting for the CPU the yield returns at once. The "
+               "price, where a CPU-bound process shares the CPUs: it takes the CPU at a yield for a whole time "
+               "slice (beside one busy loop: p99 5.1 -> 7.8 ms, 0.95x req/s); such yields are counted in "
+               "`stealgate_executor_long_batch_yields_total{worker}`, and where they grow, `false` (or cores of "
+               "its own) serves better. All yields: `stealgate_executor_batch_yields_total{worker}`"),
        F::number("coop_budget", &R::coop_budget, 1, 1u << 20,
                  "operations a task may complete per scheduling before it must yield"),
        F::number("max_lifo_polls_per_tick", &R::max_lifo_polls_per_tick, 0, 1u << 20,

@@ -34,10 +34,10 @@ class Reactor final : public exec::Driver {
   // polls (epoll_wait, zero timeout) before it steals or parks. With the reactor only in
   // the park, a worker that ran dry slept in epoll_wait and was woken for the next event
   // (or by the worker that took it) while the load generator and the backend were still
-  // making the next ones: 0.04 futex wakes and 0.2 epoll_wait per small GET. Measured on
-  // 2 CPUs (tests/bench/proxy_ab.sh, epoll, before/after): a connection per request 0.89x
-  // CPU per request and 1.08x req/s, 1,000 connections 0.93x and 1.06x with p99 0.67x,
-  // 64 KiB responses 0.95x and 1.19x, small GETs p99 0.64x.
+  // making the next ones: 0.04 futex wakes and 0.2 epoll_wait per small GET (now 0.005
+  // and 0.55). Measured on 2 CPUs (tests/bench/proxy_ab.sh, epoll, before/after, two runs):
+  // a connection per request 0.89x and 0.86x CPU per request, 1.08x and 1.13x req/s;
+  // small GETs p99 0.62-0.70x at 1.00-1.03x CPU; 1,000 connections 0.93x and 1.00x CPU.
   bool visited_when_idle() const override { return true; }
   bool flush() override { return true; }
   void shutdown() override;

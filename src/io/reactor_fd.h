@@ -48,8 +48,9 @@
 // wait on a drained socket instead registers the descriptor with the wait already queued
 // (the reactor's register_internal_descriptor): EPOLL_CTL_ADD reports whatever is ready
 // when it is made, as an event that finds the wait, and an edge after it does the same,
-// so nothing that came after the read can be missed. Other first waits (a connect's
-// writable wait, a socket not drained) register, then start as above.
+// so nothing that came after the read can be missed. A first readable wait on a socket not
+// drained polls first (`check_now`) and, finding nothing, registers the same way. A first
+// writable wait (a connect's) registers, then starts as above.
 //
 // Waits are not cancelled: one whose task stopped waiting (its deadline or another socket
 // won) stays queued until the next event or the close, and then finds its exec::Waker
@@ -94,10 +95,6 @@ class ReactorFd {
   void start_wait(bool writable, bool check_now, bool consuming, exec::Waker w, std::size_t tag);
 
  private:
-  // The first wait's registration; false (and `w` woken with the error) when it failed.
-  bool register_with(asio::detail::reactor& r, bool queue_read_wait, bool consuming, exec::Waker& w,
-                     std::size_t tag);
-
   asio::io_context* home_;                         // where the descriptor is registered
   asio::detail::reactor* reactor_ = nullptr;       // null until the first wait
   asio::detail::reactor::per_descriptor_data data_{};
