@@ -1,6 +1,5 @@
 #include "io/reactor.h"
 
-#include <asio/detail/reactor.hpp>
 #include <asio/post.hpp>
 
 namespace sg::io {
@@ -8,10 +7,12 @@ namespace sg::io {
 Reactor::Reactor()
     : ioc_(std::make_unique<asio::io_context>()),
       guard_(std::make_unique<asio::executor_work_guard<asio::io_context::executor_type>>(
-          ioc_->get_executor())) {
+          ioc_->get_executor())),
+      epoll_(&asio::use_service<asio::detail::reactor>(*ioc_)),
+      scheduler_(&asio::use_service<asio::detail::scheduler>(*ioc_)) {
   // Sockets register with the epoll reactor directly (io/reactor_fd.h), not through an
   // Asio I/O object, whose service would otherwise be what makes run_one() poll it.
-  asio::use_service<asio::detail::reactor>(*ioc_).init_task();
+  epoll_->init_task();
 }
 
 Reactor::~Reactor() { shutdown(); }

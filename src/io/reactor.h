@@ -10,6 +10,9 @@
 
 #include <asio/executor_work_guard.hpp>
 #include <asio/io_context.hpp>
+// (after io_context.hpp, which they need first)
+#include <asio/detail/reactor.hpp>
+#include <asio/detail/scheduler.hpp>
 
 #include <atomic>
 #include <cstdint>
@@ -25,6 +28,10 @@ class Reactor final : public exec::Driver {
   ~Reactor() override;
 
   asio::io_context& context() { return *ioc_; }
+  // The io_context's epoll reactor and its scheduler (which counts queued operations as
+  // work), looked up once: a service lookup takes the io_context's registry mutex.
+  asio::detail::reactor& epoll() { return *epoll_; }
+  asio::detail::scheduler& scheduler() { return *scheduler_; }
 
   uint32_t park(uint32_t max_events, std::optional<std::chrono::milliseconds> timeout) override;
   uint32_t poll(uint32_t max_events) override;
@@ -46,6 +53,8 @@ class Reactor final : public exec::Driver {
   std::unique_ptr<asio::io_context> ioc_;
   // Keeps run_one() blocking when no operation is pending (TOOLCHAIN.md §5.4).
   std::unique_ptr<asio::executor_work_guard<asio::io_context::executor_type>> guard_;
+  asio::detail::reactor* epoll_;
+  asio::detail::scheduler* scheduler_;
   // Coalesces unpark() calls: at most one wake-up handler is queued at a time.
   std::atomic<bool> wake_pending_{false};
 };

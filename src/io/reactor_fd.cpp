@@ -3,10 +3,10 @@
 #include <poll.h>
 
 #include <asio/detail/reactor_op.hpp>
-#include <asio/detail/scheduler.hpp>
 #include <asio/error.hpp>
 
 #include "exec/alloc.h"
+#include "io/reactor.h"
 
 namespace sg::io {
 
@@ -87,12 +87,41 @@ class ReadinessOp final : public reactor_op {
 
 thread_local ReadinessOp* ReadinessOp::starting = nullptr;
 
+// Registers `fd` with `r` at its first wait, a readable one with `op` queued; false (and
+// `op` completed with the error) when the registration failed.
+bool register_at_first_wait(Reactor& r, int fd, reactor::per_descriptor_data& data, ReadinessOp* op,
+                            bool writable) {
+  if (writable) {
+    if (int e = r.epoll().register_descriptor(fd, data); e != 0) {
+      r.epoll().cleanup_descriptor_data(data);
+      op->fail(e);
+      op->destroy();  // (completes it with e)
+      return false;
+    }
+    return true;
+  }
+  // Registered with the wait in its queue: the socket was found empty (its last read, or
+  // the poll before it) before the EPOLL_CTL_ADD, which reports what came since. A queued
+  // operation counts as the io_context's work until it completes: start_op counts it, this
+  // registration does not, and an operation that completed uncounted would let the count
+  // reach zero, which stops the io_context.
+  r.scheduler().work_started();
+  if (int e = r.epoll().register_internal_descriptor(reactor::read_op, fd, data, op); e != 0) {
+    op->fail(e);
+    r.epoll().deregister_internal_descriptor(fd, data);  // (destroys the wait: it completes with e)
+    r.epoll().cleanup_descriptor_data(data);
+    r.scheduler().work_finished();
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 ReactorFd::~ReactorFd() {
-  if (reactor_ == nullptr) return;
-  reactor_->deregister_descriptor(fd_, data_, /*closing=*/!may_be_duplicated_);
-  reactor_->cleanup_descriptor_data(data_);
+  if (data_ == nullptr) return;  // (never registered)
+  reactor_.epoll().deregister_descriptor(fd_, data_, /*closing=*/!may_be_duplicated_);
+  reactor_.epoll().cleanup_descriptor_data(data_);
 }
 
 void ReactorFd::start_wait(bool writable, bool check_now, bool consuming, exec::Waker w, std::size_t tag) {
@@ -101,37 +130,13 @@ void ReactorFd::start_wait(bool writable, bool check_now, bool consuming, exec::
     return;
   }
   auto* op = new ReadinessOp(fd_, writable, consuming, std::move(w), tag);
-  if (reactor_ == nullptr) {
-    auto& r = asio::use_service<reactor>(*home_);
-    if (!writable) {
-      // Registered with the wait in its queue: the socket was found empty (its last read, or
-      // the poll above) before the EPOLL_CTL_ADD, which reports what came since. A queued
-      // operation counts as the io_context's work until it completes: start_op counts it,
-      // this registration does not, and an operation that completed uncounted would let the
-      // count reach zero, which stops the io_context.
-      auto& work = asio::use_service<asio::detail::scheduler>(*home_);
-      work.work_started();
-      if (int e = r.register_internal_descriptor(reactor::read_op, fd_, data_, op); e != 0) {
-        op->fail(e);
-        r.deregister_internal_descriptor(fd_, data_);  // (destroys the wait: it completes with e)
-        r.cleanup_descriptor_data(data_);
-        work.work_finished();
-        return;
-      }
-      reactor_ = &r;
-      return;
-    }
-    if (int e = r.register_descriptor(fd_, data_); e != 0) {
-      r.cleanup_descriptor_data(data_);
-      op->fail(e);
-      op->destroy();  // (completes it with e)
-      return;
-    }
-    reactor_ = &r;
+  if (data_ == nullptr) {
+    if (!register_at_first_wait(reactor_, fd_, data_, op, writable)) return;
+    if (!writable) return;  // (queued with the registration)
   }
   ReadinessOp::starting = op;
-  reactor_->start_op(writable ? reactor::write_op : reactor::read_op, fd_, data_, op, /*is_continuation=*/false,
-                     /*allow_speculative=*/true);
+  reactor_.epoll().start_op(writable ? reactor::write_op : reactor::read_op, fd_, data_, op,
+                            /*is_continuation=*/false, /*allow_speculative=*/true);
   ReadinessOp::starting = nullptr;
 }
 

@@ -76,12 +76,14 @@
 
 namespace sg::io {
 
+class Reactor;
+
 class ReactorFd {
  public:
   // For `fd` (non-blocking; the caller keeps it and closes it after destroying this), to
-  // be registered with `ctx`'s reactor at its first wait. `may_be_duplicated`: see above.
-  ReactorFd(asio::io_context& ctx, int fd, bool may_be_duplicated = false)
-      : home_(&ctx), fd_(fd), may_be_duplicated_(may_be_duplicated) {}
+  // be registered with `reactor` at its first wait. `may_be_duplicated`: see above.
+  ReactorFd(Reactor& reactor, int fd, bool may_be_duplicated = false)
+      : reactor_(reactor), fd_(fd), may_be_duplicated_(may_be_duplicated) {}
   ReactorFd(const ReactorFd&) = delete;
   ReactorFd& operator=(const ReactorFd&) = delete;
   ~ReactorFd();
@@ -95,9 +97,8 @@ class ReactorFd {
   void start_wait(bool writable, bool check_now, bool consuming, exec::Waker w, std::size_t tag);
 
  private:
-  asio::io_context* home_;                         // where the descriptor is registered
-  asio::detail::reactor* reactor_ = nullptr;       // null until the first wait
-  asio::detail::reactor::per_descriptor_data data_{};
+  Reactor& reactor_;
+  asio::detail::reactor::per_descriptor_data data_{};  // null until the first wait
   int fd_;
   bool may_be_duplicated_;
 };

@@ -21,7 +21,7 @@ Result<IoDriverKind> choose_io_driver(std::string_view setting, std::string& why
 
 Runtime::Runtime(exec::RuntimeConfig cfg) {
   auto reactor = std::make_unique<Reactor>();
-  reactor_io_ = &reactor->context();
+  reactor_ = reactor.get();
   rt_ = std::make_unique<exec::Runtime>(cfg, std::move(reactor));
 }
 
@@ -66,8 +66,8 @@ std::vector<RingStats> Runtime::ring_stats() const {
 }
 
 asio::io_context& Runtime::asio_context() {
-  assert(reactor_io_ != nullptr && "asio_context() on an io_uring runtime");
-  return *reactor_io_;
+  assert(reactor_ != nullptr && "asio_context() on an io_uring runtime");
+  return reactor_->context();
 }
 
 }  // namespace sg::io

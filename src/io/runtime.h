@@ -49,7 +49,7 @@ class Runtime {
   exec::Handle handle() const { return rt_->handle(); }
   IoDriverKind driver_kind() const { return kind_; }
   // Where this runtime's sockets are created.
-  IoContext context() const { return IoContext{reactor_io_}; }
+  IoContext context() const { return IoContext{reactor_}; }
   // Each worker's ring, in worker order; empty on epoll.
   std::vector<RingStats> ring_stats() const;
   // The reactor's io_context, for Asio I/O objects (AsioExecutor); epoll runtimes only.
@@ -69,7 +69,7 @@ class Runtime {
   struct Empty {};
   explicit Runtime(Empty) {}
   IoDriverKind kind_ = IoDriverKind::kEpoll;
-  asio::io_context* reactor_io_ = nullptr;  // epoll: the reactor's (owned inside rt_)
+  Reactor* reactor_ = nullptr;  // epoll: the reactor (owned inside rt_)
   std::unique_ptr<exec::Runtime> rt_;
 };
 

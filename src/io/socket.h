@@ -38,7 +38,7 @@ struct UringOp;
 // Where sockets are created: with a reactor (the epoll driver), registered with it at
 // their first wait; without one (io_uring), plain descriptors.
 struct IoContext {
-  asio::io_context* reactor = nullptr;
+  Reactor* reactor = nullptr;
 };
 
 class Socket {

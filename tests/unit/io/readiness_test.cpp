@@ -36,9 +36,9 @@ class Readiness : public ::testing::TestWithParam<IoDriverKind> {};
 INSTANTIATE_TEST_SUITE_P(Drivers, Readiness, sg::testing::kDrivers, sg::testing::driver_test_name);
 
 // A client that sends a request and half-closes at once, while the server waits to read:
-// one segment, one wake-up brings both. The read takes the bytes and leaves the FIN; the idle wait after
-// it must see the FIN at once (else the connection would sit in CLOSE_WAIT until its idle
-// timeout).
+// one segment, one wake-up brings both. The read takes the bytes and leaves the FIN; the
+// idle wait after it must see the FIN at once (else the connection would sit in CLOSE_WAIT
+// until its idle timeout).
 TEST_P(Readiness, AWaitAfterAReadThatLeftAFinBehindWakesAtOnce) {
   SG_DRIVER_RUNTIME(rt, workers(2));
   TcpListener l = bind_loopback(rt);
