@@ -144,7 +144,7 @@ struct HealthCheckSection {
 };
 
 struct OutlierSection {
-  uint32_t consecutive_failures = 5;  // 5xx or connect failures in a row; 0 = off
+  uint32_t consecutive_failures = 5;  // failed attempts in a row (upstream/cluster.h); 0 = off
   Duration base_ejection_time{30'000};
   Duration max_ejection_time{300'000};
   uint32_t max_ejection_percent = 50;

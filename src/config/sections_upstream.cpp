@@ -66,12 +66,16 @@ const Table<OutlierSection>& outlier_table() {
   static const Table<OutlierSection> t{
       "clusters[].outlier_detection",
       {F::number("consecutive_failures", &O::consecutive_failures, 0, 1000,
-                 "5xx responses or connect failures in a row that eject an endpoint; `0` turns detection off"),
+                 "failed attempts in a row (5xx, connect failure, reset, malformed response, timeout) that "
+                 "eject an endpoint; `0` turns detection off. Each ejection is logged and counted "
+                 "(`stealgate_upstream_endpoint_ejections_total`)"),
        F::duration("base_ejection_time", &O::base_ejection_time,
-                   "first ejection's length; each further ejection of the same endpoint lasts one more of it"),
+                   "first ejection's length; each further ejection of the same endpoint lasts one more of it, "
+                   "and each of it the endpoint then serves without one takes one off again"),
        F::duration("max_ejection_time", &O::max_ejection_time, "longest ejection"),
        F::number("max_ejection_percent", &O::max_ejection_percent, 0, 100,
-                 "at most this share of a cluster's endpoints is ejected at once")}};
+                 "at most this share of a cluster's endpoints is ejected at once (the failures that find "
+                 "it reached: `stealgate_upstream_ejections_refused_total`)")}};
   return t;
 }
 

@@ -522,11 +522,11 @@ Verdict Exchange::judge_final() {
   const http::ResponseHead& resp = up_reader_->parser().response();
   // A final response to an Upgrade request: no switch, the client connection stays HTTP.
   if (!upgraded_) down_.reader.parser().refuse_upgrade();
+  ep_->stats().count_response(resp.status);
   if (resp.status < 500) {
     cluster_.record_success(*ep_);
     return go_on();
   }
-  ep_->stats().responses_5xx.fetch_add(1, std::memory_order_relaxed);
   cluster_.record_failure(*ep_);
   // 5xx retries: idempotent, bodiless requests only (a streamed body is gone).
   const bool gw_err = resp.status == 502 || resp.status == 503 || resp.status == 504;

@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/log.h"
+#include "config/yaml_walk.h"
+
 namespace sg::upstream {
 
 Result<io::tcp::endpoint> resolve(const config::Address& a, std::string& error) {
@@ -103,22 +106,39 @@ Endpoint* Cluster::pick(const PickContext& ctx, int* index) {
 void Cluster::record_success(Endpoint& e) { e.consecutive_failures.store(0, std::memory_order_relaxed); }
 
 void Cluster::record_failure(Endpoint& e) {
+  const uint32_t threshold = cfg_.outlier.consecutive_failures;
+  if (threshold == 0) return;
+  const uint32_t n = e.consecutive_failures.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (n >= threshold) eject(e, n);
+}
+
+void Cluster::eject(Endpoint& e, uint32_t failures) {
   const auto& od = cfg_.outlier;
-  if (od.consecutive_failures == 0) return;
-  uint32_t n = e.consecutive_failures.fetch_add(1, std::memory_order_relaxed) + 1;
-  if (n < od.consecutive_failures) return;
-  int64_t now = steady_now_ms();
+  std::lock_guard lock(eject_mu_);
+  const int64_t now = steady_now_ms();
   if (e.ejected(now)) return;
-  // Never eject more than max_ejection_percent of the cluster (at least one stays in).
-  std::size_t ejected = 0;
-  for (const auto& p : endpoints_) ejected += p->ejected(now) ? 1 : 0;
-  if ((ejected + 1) * 100 > od.max_ejection_percent * endpoints_.size()) return;
-  // Each ejection of the same endpoint lasts longer: base * 2^(count), capped.
-  uint32_t count = e.ejection_count.fetch_add(1, std::memory_order_relaxed);
-  int64_t ms = od.base_ejection_time.count() << std::min<uint32_t>(count, 16);
-  ms = std::min<int64_t>(ms, od.max_ejection_time.count());
+  std::size_t out = 0;
+  for (const auto& p : endpoints_) out += p->ejected(now) ? 1 : 0;
+  if ((out + 1) * 100 > static_cast<std::size_t>(od.max_ejection_percent) * endpoints_.size()) {
+    stats_->ejections_refused.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  // Envoy's rule: the n-th recent ejection lasts n x base (capped), and each base period
+  // the endpoint has served since its last ejection ended forgives one. So a flap last
+  // week does not cost a full max_ejection_time today.
+  const int64_t base = std::max<int64_t>(od.base_ejection_time.count(), 1);
+  const int64_t served = now - e.ejected_until_ms.load(std::memory_order_relaxed);
+  const uint64_t forgiven = static_cast<uint64_t>(std::max<int64_t>(served, 0) / base);
+  const uint32_t prior = e.ejection_multiplier.load(std::memory_order_relaxed);
+  const uint32_t multiplier = static_cast<uint32_t>(prior > forgiven ? prior - forgiven : 0) + 1;
+  const int64_t ms = std::min<int64_t>(base * multiplier, std::max<int64_t>(od.max_ejection_time.count(), base));
+  e.ejection_multiplier.store(multiplier, std::memory_order_relaxed);
   e.ejected_until_ms.store(now + ms, std::memory_order_relaxed);
   e.consecutive_failures.store(0, std::memory_order_relaxed);
+  e.stats().ejections.fetch_add(1, std::memory_order_relaxed);
+  SG_LOG_WARN("cluster {}: endpoint {} ejected for {} after {} failed attempts in a row ({} of {} endpoints out)",
+              cfg_.name, e.name(), config::detail::format_duration(config::Duration{ms}), failures, out + 1,
+              endpoints_.size());
 }
 
 bool Cluster::has_available(uint64_t avoid) const {

@@ -6,6 +6,7 @@
 #include <array>
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,8 @@ struct ClusterStats {
   std::atomic<uint64_t> retries_budget_exhausted{0};
   std::atomic<int64_t> retries_in_flight{0};
   std::atomic<uint64_t> no_healthy_endpoint{0};
+  // Failures that would have ejected an endpoint, kept in by max_ejection_percent.
+  std::atomic<uint64_t> ejections_refused{0};
   // Reused connections found closed by the upstream only after the request was sent (or
   // answered with its idle-timeout 408): the request was replayed on a new connection.
   std::atomic<uint64_t> stale_replays{0};
@@ -63,7 +66,10 @@ class Cluster {
   // Whether an endpoint outside `avoid` could be picked now.
   bool has_available(uint64_t avoid) const;
 
-  // Passive outlier detection: a 5xx or connect failure counts, any success resets.
+  // Passive outlier detection: a failed attempt (connect failure, reset or malformed
+  // response, timeout, 5xx) counts, any other response resets the count. At
+  // consecutive_failures the endpoint is ejected (logged, counted), unless that would put
+  // more than max_ejection_percent of the cluster out.
   void record_success(Endpoint& e);
   void record_failure(Endpoint& e);
 
@@ -72,6 +78,12 @@ class Cluster {
  private:
   Cluster(config::ClusterSection cfg, std::vector<std::shared_ptr<Endpoint>> eps,
           std::shared_ptr<ClusterStats> stats);
+  void eject(Endpoint& e, uint32_t failures);
+
+  // Makes counting the endpoints out and ejecting one a single step, so that concurrent
+  // failures cannot together put out more than max_ejection_percent. Taken only once an
+  // endpoint has failed consecutive_failures times in a row.
+  std::mutex eject_mu_;
   config::ClusterSection cfg_;
   std::vector<std::shared_ptr<Endpoint>> endpoints_;
   std::unique_ptr<LoadBalancer> lb_;

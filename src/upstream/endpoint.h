@@ -4,6 +4,7 @@
 // connections, resumable sessions and health state.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -14,11 +15,20 @@
 
 namespace sg::upstream {
 
+// Exported per endpoint (stealgate_upstream_endpoint_*): which endpoint of a cluster fails.
 struct EndpointStats {
-  std::atomic<uint64_t> requests{0};
+  std::atomic<uint64_t> requests{0};  // attempts sent to it (a retry elsewhere counts there)
   std::atomic<uint64_t> connect_errors{0};
   std::atomic<uint64_t> timeouts{0};
-  std::atomic<uint64_t> responses_5xx{0};
+  // Final responses by status class: [0] 1xx (a 101 switch) ... [4] 5xx.
+  std::array<std::atomic<uint64_t>, 5> responses{};
+  std::atomic<uint64_t> ejections{0};
+
+  void count_response(int status) {
+    if (status >= 100 && status <= 599) {
+      responses[static_cast<std::size_t>(status / 100 - 1)].fetch_add(1, std::memory_order_relaxed);
+    }
+  }
 };
 
 class Endpoint {
@@ -40,10 +50,13 @@ class Endpoint {
 
   // Active health checking: false after `unhealthy_threshold` failed checks.
   std::atomic<bool> healthy{true};
-  // Passive outlier detection.
+  // Passive outlier detection (Cluster::record_failure).
   std::atomic<uint32_t> consecutive_failures{0};
-  std::atomic<int64_t> ejected_until_ms{0};  // steady-clock ms; 0 = not ejected
-  std::atomic<uint32_t> ejection_count{0};
+  // Steady-clock ms: the end of the current ejection, or of the last one once past.
+  std::atomic<int64_t> ejected_until_ms{0};
+  // The next ejection lasts base_ejection_time x (this + 1); recent ejections raise it, time
+  // in service lowers it (written only under the cluster's ejection lock).
+  std::atomic<uint32_t> ejection_multiplier{0};
 
   bool ejected(int64_t now_ms) const { return ejected_until_ms.load(std::memory_order_relaxed) > now_ms; }
   bool available(int64_t now_ms) const { return healthy.load(std::memory_order_relaxed) && !ejected(now_ms); }

@@ -2,6 +2,7 @@
 through the real binary with YAML configs and real upstream processes."""
 import collections
 import os
+import re
 import sys
 import threading
 import time
@@ -272,6 +273,17 @@ class HealthTest(unittest.TestCase):
             statuses = [c.request("GET", "/").status for _ in range(30)]
             self.assertEqual(statuses.count(500), 3, statuses)  # ejected after the third 5xx
             self.assertEqual(sg.metric("stealgate_upstream_endpoint_healthy", cluster="app", endpoint=bad.address), 0)
+            # The operator sees which endpoint went out, why and for how long: a log line,
+            # and per-endpoint series.
+            sg.wait_log(rf"cluster app: endpoint {re.escape(bad.address)} ejected for 5s after 3 failed attempts "
+                        r"in a row \(1 of 2 endpoints out\)")
+            ep = {"cluster": "app", "endpoint": bad.address}
+            self.assertEqual(sg.metric("stealgate_upstream_endpoint_ejections_total", **ep), 1)
+            self.assertEqual(sg.metric("stealgate_upstream_endpoint_responses_total", code_class="5xx", **ep), 3)
+            self.assertEqual(sg.metric("stealgate_upstream_endpoint_responses_total", code_class="2xx", **ep), 0)
+            self.assertEqual(sg.metric("stealgate_upstream_endpoint_requests_total", **ep), 3)
+            self.assertEqual(sg.metric("stealgate_upstream_endpoint_responses_total", code_class="2xx",
+                                       cluster="app", endpoint=good.address), 27)
         finally:
             sg.stop(), bad.stop(), good.stop()
 
@@ -290,6 +302,9 @@ class HealthTest(unittest.TestCase):
             healthy = sum(sg.metric("stealgate_upstream_endpoint_healthy", cluster="app", endpoint=u.address)
                           for u in (x, y))
             self.assertEqual(healthy, 1)
+            # The failures that found the cap reached are counted: after the first ejection
+            # (2 failures), each further 5xx from the endpoint left in is one.
+            self.assertGreaterEqual(sg.metric("stealgate_upstream_ejections_refused_total", cluster="app"), 1)
         finally:
             sg.stop(), x.stop(), y.stop()
 

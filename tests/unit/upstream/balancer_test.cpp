@@ -1,8 +1,7 @@
 // Load balancers and passive outlier detection, without sockets: smooth weighted round
 // robin keeps exact proportions, least_request prefers idle endpoints, ring_hash maps a key
-// to the same endpoint and moves only the keys of an endpoint that went away; outlier
-// detection ejects after consecutive failures, never more than max_ejection_percent, and
-// a success resets the count.
+// to the same endpoint and moves only the keys of an endpoint that went away. (Outlier
+// detection: outlier_test.cpp.)
 #include <gtest/gtest.h>
 
 #include <array>
@@ -92,52 +91,6 @@ TEST(RingHash, AKeyStaysAndOnlyTheKeysOfALostEndpointMove) {
 TEST(Hash64, IsStable) {
   EXPECT_EQ(hash64("abc"), hash64(std::string("abc")));
   EXPECT_NE(hash64("abc"), hash64("abd"));
-}
-
-std::shared_ptr<Cluster> cluster(uint32_t failures, uint32_t max_percent, std::size_t endpoints) {
-  config::ClusterSection c;
-  c.name = "app";
-  for (std::size_t i = 0; i < endpoints; ++i) {
-    config::EndpointSection e;
-    e.address = {"127.0.0." + std::to_string(i + 1), 8080};
-    c.endpoints.push_back(e);
-  }
-  c.outlier.consecutive_failures = failures;
-  c.outlier.max_ejection_percent = max_percent;
-  std::string error;
-  auto built = Cluster::build(c, nullptr, 1, error);
-  EXPECT_TRUE(built.ok()) << error;
-  return *built;
-}
-
-TEST(OutlierDetection, EjectsAfterConsecutiveFailuresAndPicksAroundIt) {
-  auto c = cluster(3, 50, 2);
-  Endpoint& bad = *c->endpoints()[0];
-  c->record_failure(bad);
-  c->record_failure(bad);
-  c->record_success(bad);  // the run is broken: counting starts again
-  c->record_failure(bad);
-  c->record_failure(bad);
-  EXPECT_FALSE(bad.ejected(steady_now_ms()));
-  c->record_failure(bad);
-  EXPECT_TRUE(bad.ejected(steady_now_ms()));
-  for (int i = 0; i < 20; ++i) EXPECT_EQ(c->pick({}), c->endpoints()[1].get());
-}
-
-TEST(OutlierDetection, NeverEjectsMoreThanMaxEjectionPercent) {
-  auto c = cluster(1, 50, 2);
-  c->record_failure(*c->endpoints()[0]);
-  c->record_failure(*c->endpoints()[1]);
-  const int64_t now = steady_now_ms();
-  EXPECT_TRUE(c->endpoints()[0]->ejected(now));
-  EXPECT_FALSE(c->endpoints()[1]->ejected(now)) << "half the cluster is the most that may be out";
-  EXPECT_NE(c->pick({}), nullptr);
-}
-
-TEST(OutlierDetection, CanBeTurnedOff) {
-  auto c = cluster(0, 100, 2);
-  for (int i = 0; i < 100; ++i) c->record_failure(*c->endpoints()[0]);
-  EXPECT_FALSE(c->endpoints()[0]->ejected(steady_now_ms()));
 }
 
 }  // namespace
