@@ -4,9 +4,10 @@
 #   scripts/setup.sh --package  also what scripts/package.sh needs (dpkg-shlibdeps, lintian)
 #   scripts/setup.sh --test   also what the test suites need (prometheus for promtool
 #                             and the scrape test, systemd for systemd-analyze, clang for
-#                             the fuzzers, chromium for the scheduler page test, and the
-#                             packaging tools: the test command
-#                             builds, installs and removes the .deb)
+#                             the fuzzers, chromium for the scheduler page test,
+#                             libnss-wrapper for the DNS refresh test's changing names,
+#                             and the packaging tools: the test command builds, installs
+#                             and removes the .deb)
 set -euo pipefail
 
 packages=(
@@ -18,7 +19,7 @@ if [[ "${1:-}" == --test || "${1:-}" == --package ]]; then
   packages+=(dpkg-dev lintian man-db)
 fi
 if [[ "${1:-}" == --test ]]; then
-  packages+=(prometheus systemd clang-14 libclang-rt-14-dev chromium)
+  packages+=(prometheus systemd clang-14 libclang-rt-14-dev chromium libnss-wrapper)
 fi
 
 missing=()

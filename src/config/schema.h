@@ -169,6 +169,7 @@ struct ClusterSection {
   Duration connect_timeout{1'000};
   std::size_t max_idle_per_endpoint = 1024;
   Duration idle_timeout{60'000};
+  Duration dns_refresh{30'000};  // resolve endpoint names again this often (proxy/dns_refresh.cpp); 0 = off
   std::size_t max_concurrent_requests = 0;  // 0 = no per-cluster limit
   HealthCheckSection health_check;
   OutlierSection outlier;

@@ -10,7 +10,9 @@ const Table<EndpointSection>& endpoint_table() {
   using F = Fields<EndpointSection>;
   static const Table<EndpointSection> t{
       "clusters[].endpoints[]",
-      {F::address("address", &EndpointSection::address, "`host:port`; a name is resolved at load and reload").require(),
+      {F::address("address", &EndpointSection::address,
+                  "`host:port`; a name is resolved at load and reload, and again every `dns_refresh`")
+           .require(),
        F::number("weight", &EndpointSection::weight, 1, 10000, "share of the traffic relative to the other endpoints")}};
   return t;
 }
@@ -161,6 +163,11 @@ const Table<ClusterSection>& cluster_table() {
                  "idle keep-alive connections kept per endpoint: below the requests in flight to "
                  "it, every request past it opens and closes a connection"),
        F::duration("idle_timeout", &C::idle_timeout, "idle upstream connections are closed after this"),
+       F::duration("dns_refresh", &C::dns_refresh,
+                   "how often endpoint names are resolved again (IP literals never are). An endpoint whose "
+                   "address is no longer in the answer moves to the first address in it, with a new pool and "
+                   "health state, and a log line; the others keep theirs, and a failed lookup keeps the "
+                   "address. `0`: resolve at load and reload only"),
        F::number("max_concurrent_requests", &C::max_concurrent_requests, 0, 100'000'000,
                  "per-cluster admission limit (`0` = none)"),
        health_check(),

@@ -28,6 +28,7 @@ Gateway::Gateway(io::Runtime& rt) : rt_(rt), health_(rt) {
 }
 
 Gateway::~Gateway() {
+  stop_dns_refresh();
   begin_drain();
   abort_sessions();
   wait_drained(std::chrono::milliseconds(5000));
@@ -353,6 +354,7 @@ std::string Gateway::start(std::shared_ptr<const config::Config> cfg) {
   health_.start(snap->clusters);
   apply_shedding(cfg->limits);
   start_pool_reapers();
+  dns_thread_ = std::jthread([this](std::stop_token stop) { dns_refresh_loop(stop); });
   stats_.config_loaded();
   ready_.store(true, std::memory_order_release);
   return "";

@@ -22,6 +22,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "config/schema.h"
@@ -190,7 +191,20 @@ class Gateway {
   std::vector<exec::JoinHandle<void>> pool_reapers_;
   void start_pool_reapers();
 
-  mutable std::mutex control_mu_;  // start/reload/drain (control thread operations)
+  // Endpoint names are looked up again every clusters[].dns_refresh (proxy/dns_refresh.cpp)
+  // on a control-path thread of their own, since lookups block. One round (refresh_dns, a
+  // second apart): every cluster that is due and has an endpoint whose address left the
+  // answer is rebuilt (Cluster::build moves only those endpoints) into a new snapshot, as
+  // a reload would, without reading the file again.
+  void dns_refresh_loop(std::stop_token stop);
+  void refresh_dns();
+  void stop_dns_refresh();
+  std::map<std::string, std::chrono::steady_clock::time_point> dns_due_;  // by cluster; refresh_dns only
+  std::mutex dns_wait_mu_;
+  std::condition_variable_any dns_wait_;
+  std::jthread dns_thread_;
+
+  mutable std::mutex control_mu_;  // start/reload/drain/refresh_dns (control thread operations)
   std::map<std::string, std::shared_ptr<ListenerState>> listeners_;  // by listener_key
   std::map<std::string, std::shared_ptr<RouteStats>> route_stats_;   // by route name, kept across reloads
   // Session ticket keys by listener key, kept across reloads (tls/server_context.h).

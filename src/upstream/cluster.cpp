@@ -10,10 +10,33 @@
 
 namespace sg::upstream {
 
-Result<io::tcp::endpoint> resolve(const config::Address& a, std::string& error) {
+namespace {
+
+io::tcp::endpoint to_endpoint(const addrinfo& ai, uint16_t port) {
+  if (ai.ai_family == AF_INET) {
+    sockaddr_in sin;
+    std::memcpy(&sin, ai.ai_addr, sizeof(sin));
+    return {asio::ip::address_v4(ntohl(sin.sin_addr.s_addr)), port};
+  }
+  sockaddr_in6 sin6;
+  std::memcpy(&sin6, ai.ai_addr, sizeof(sin6));
+  asio::ip::address_v6::bytes_type b;
+  std::memcpy(b.data(), &sin6.sin6_addr, 16);
+  return {asio::ip::address_v6(b), port};
+}
+
+}  // namespace
+
+bool is_ip_literal(const config::Address& a) {
+  std::error_code ec;
+  (void)asio::ip::make_address(a.host, ec);
+  return !ec;
+}
+
+Result<std::vector<io::tcp::endpoint>> resolve_all(const config::Address& a, std::string& error) {
   std::error_code ec;
   auto ip = asio::ip::make_address(a.host, ec);
-  if (!ec) return io::tcp::endpoint(ip, a.port);
+  if (!ec) return std::vector<io::tcp::endpoint>{io::tcp::endpoint(ip, a.port)};
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -23,20 +46,25 @@ Result<io::tcp::endpoint> resolve(const config::Address& a, std::string& error) 
     error = "cannot resolve \"" + a.host + "\": " + gai_strerror(rc);
     return std::make_error_code(std::errc::host_unreachable);
   }
-  io::tcp::endpoint ep;
-  if (res->ai_family == AF_INET) {
-    sockaddr_in sin;
-    std::memcpy(&sin, res->ai_addr, sizeof(sin));
-    ep = io::tcp::endpoint(asio::ip::address_v4(ntohl(sin.sin_addr.s_addr)), a.port);
-  } else {
-    sockaddr_in6 sin6;
-    std::memcpy(&sin6, res->ai_addr, sizeof(sin6));
-    asio::ip::address_v6::bytes_type b;
-    std::memcpy(b.data(), &sin6.sin6_addr, 16);
-    ep = io::tcp::endpoint(asio::ip::address_v6(b), a.port);
+  std::vector<io::tcp::endpoint> out;
+  for (const addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+    if (ai->ai_family != AF_INET && ai->ai_family != AF_INET6) continue;
+    io::tcp::endpoint ep = to_endpoint(*ai, a.port);
+    if (std::find(out.begin(), out.end(), ep) == out.end()) out.push_back(ep);
   }
   ::freeaddrinfo(res);
-  return ep;
+  if (out.empty()) {
+    error = "cannot resolve \"" + a.host + "\": no IPv4 or IPv6 address";
+    return std::make_error_code(std::errc::host_unreachable);
+  }
+  return out;
+}
+
+Result<io::tcp::endpoint> resolve(const config::Address& a, std::string& error, const io::tcp::endpoint* keep) {
+  auto all = resolve_all(a, error);
+  if (!all.ok()) return all.error();
+  if (keep != nullptr && std::find(all->begin(), all->end(), *keep) != all->end()) return *keep;
+  return all->front();
 }
 
 Cluster::Cluster(config::ClusterSection cfg, std::vector<std::shared_ptr<Endpoint>> eps,
@@ -57,22 +85,27 @@ Result<std::shared_ptr<Cluster>> Cluster::build(const config::ClusterSection& cf
                                                 std::size_t workers, std::string& error) {
   std::vector<std::shared_ptr<Endpoint>> eps;
   PoolOptions pool{cfg.max_idle_per_endpoint, cfg.idle_timeout, workers};
+  // A pool's connections were made with the cluster's TLS settings: other settings get
+  // other pools (pooled connections are keyed by TLS identity).
+  const bool pools_compatible = previous != nullptr &&
+                                previous->cfg_.max_idle_per_endpoint == cfg.max_idle_per_endpoint &&
+                                previous->cfg_.idle_timeout == cfg.idle_timeout && previous->cfg_.tls == cfg.tls;
   for (const auto& e : cfg.endpoints) {
-    auto addr = resolve(e.address, error);
+    const Endpoint* before = previous != nullptr ? previous->endpoint_named(e.address.text()) : nullptr;
+    // A name with several addresses keeps the one it has while the answer still holds it.
+    auto addr = resolve(e.address, error, before != nullptr ? &before->address() : nullptr);
     if (!addr.ok()) {
       error = "cluster \"" + cfg.name + "\" endpoint " + e.address.text() + ": " + error;
       return addr.error();
     }
-    std::shared_ptr<Endpoint> reuse;
-    // A pool's connections were made with the cluster's TLS settings: other settings get
-    // other pools (pooled connections are keyed by TLS identity).
-    if (previous != nullptr && previous->cfg_.max_idle_per_endpoint == cfg.max_idle_per_endpoint &&
-        previous->cfg_.idle_timeout == cfg.idle_timeout && previous->cfg_.tls == cfg.tls) {
-      for (const auto& p : previous->endpoints_) {
-        if (p->name() == e.address.text() && p->address() == *addr && p->weight() == e.weight) reuse = p;
-      }
+    if (before != nullptr && before->address() != *addr) {
+      SG_LOG_WARN("cluster {}: endpoint {} now resolves to {} (was {}): a new pool and health state", cfg.name,
+                  e.address.text(), addr->address().to_string(), before->address().address().to_string());
     }
-    eps.push_back(reuse ? reuse : std::make_shared<Endpoint>(e.address.text(), e.address.host, *addr, e.weight, pool));
+    const bool reuse =
+        pools_compatible && before != nullptr && before->address() == *addr && before->weight() == e.weight;
+    eps.push_back(reuse ? previous->shared_endpoint(*before)
+                        : std::make_shared<Endpoint>(e.address.text(), e.address.host, *addr, e.weight, pool));
   }
   std::shared_ptr<const tls::ClientContext> tls;
   if (cfg.tls) {
@@ -145,6 +178,36 @@ bool Cluster::has_available(uint64_t avoid) const {
   int64_t now = steady_now_ms();
   for (std::size_t i = 0; i < endpoints_.size(); ++i) {
     if ((avoid & endpoint_bit(static_cast<int>(i))) == 0 && endpoints_[i]->available(now)) return true;
+  }
+  return false;
+}
+
+const Endpoint* Cluster::endpoint_named(const std::string& name) const {
+  for (const auto& e : endpoints_) {
+    if (e->name() == name) return e.get();
+  }
+  return nullptr;
+}
+
+std::shared_ptr<Endpoint> Cluster::shared_endpoint(const Endpoint& e) const {
+  for (const auto& p : endpoints_) {
+    if (p.get() == &e) return p;
+  }
+  return nullptr;
+}
+
+bool Cluster::resolves_elsewhere() const {
+  for (const auto& e : endpoints_) {
+    const config::Address a{e->host(), e->address().port()};
+    if (is_ip_literal(a)) continue;
+    std::string error;
+    auto all = resolve_all(a, error);
+    if (!all.ok()) {
+      SG_LOG_WARN("cluster {}: endpoint {}: {}; it keeps {}", cfg_.name, e->name(), error,
+                  e->address().address().to_string());
+      continue;
+    }
+    if (std::find(all->begin(), all->end(), e->address()) == all->end()) return true;
   }
   return false;
 }

@@ -75,10 +75,17 @@ class Cluster {
 
   std::size_t healthy_count() const;
 
+  // Looks the endpoints' names up again (blocking getaddrinfo: off the workers): true when
+  // one's address is gone from the answer, so a new build() would move it. A failed lookup
+  // is logged and counts as no change.
+  bool resolves_elsewhere() const;
+
  private:
   Cluster(config::ClusterSection cfg, std::vector<std::shared_ptr<Endpoint>> eps,
           std::shared_ptr<ClusterStats> stats);
   void eject(Endpoint& e, uint32_t failures);
+  const Endpoint* endpoint_named(const std::string& name) const;
+  std::shared_ptr<Endpoint> shared_endpoint(const Endpoint& e) const;
 
   // Makes counting the endpoints out and ejecting one a single step, so that concurrent
   // failures cannot together put out more than max_ejection_percent. Taken only once an
@@ -91,7 +98,12 @@ class Cluster {
   std::shared_ptr<const tls::ClientContext> tls_;
 };
 
-// Resolves host:port to a TCP endpoint (IP literal or getaddrinfo; first IPv4/IPv6 result).
-Result<io::tcp::endpoint> resolve(const config::Address& a, std::string& error);
+// Resolves host:port (an IP literal, or getaddrinfo): every IPv4/IPv6 address, in the
+// resolver's order.
+Result<std::vector<io::tcp::endpoint>> resolve_all(const config::Address& a, std::string& error);
+// The one address an endpoint uses: `keep` while the answer still holds it, else the first.
+Result<io::tcp::endpoint> resolve(const config::Address& a, std::string& error,
+                                  const io::tcp::endpoint* keep = nullptr);
+bool is_ip_literal(const config::Address& a);
 
 }  // namespace sg::upstream

@@ -82,16 +82,19 @@ def tls_client_context(cafile=None, cert=None):
 class Upstream:
     """A tests/integration/upstream.py process."""
 
-    def __init__(self, name="upstream", port=0, delay_ms=0, fail_status=0, keep_log=True, tls=None):
+    def __init__(self, name="upstream", port=0, delay_ms=0, fail_status=0, keep_log=True, tls=None, host="127.0.0.1"):
         """`tls`: (cert, key) or (cert, key, client_ca) to serve HTTPS (the harness's own
-        requests to it, log() and clear_log(), speak TLS too, unverified)."""
+        requests to it, log() and clear_log(), speak TLS too, unverified). `host`: another
+        loopback address to listen on (127.0.0.2, ...; log() reaches only 127.0.0.1)."""
         self.name = name
+        self.host = host
         self.tls = tls
         self.delay_ms = delay_ms
         self.fail_status = fail_status
         self.keep_log = keep_log
         self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "upstream.py"), "--port", str(port),
-                                      "--name", name, "--delay-ms", str(delay_ms), "--fail-status", str(fail_status)]
+                                      "--host", host, "--name", name, "--delay-ms", str(delay_ms),
+                                      "--fail-status", str(fail_status)]
                                      + ([] if keep_log else ["--no-log"])
                                      + (["--tls-cert", tls[0], "--tls-key", tls[1]] if tls else [])
                                      + (["--tls-client-ca", tls[2]] if tls and len(tls) > 2 else []),
@@ -103,7 +106,7 @@ class Upstream:
 
     @property
     def address(self):
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def _own_tls(self):
         if not self.tls:

@@ -3,7 +3,9 @@ through the real binary with YAML configs and real upstream processes."""
 import collections
 import os
 import re
+import shutil
 import sys
+import tempfile
 import threading
 import time
 import unittest
@@ -307,6 +309,63 @@ class HealthTest(unittest.TestCase):
             self.assertGreaterEqual(sg.metric("stealgate_upstream_ejections_refused_total", cluster="app"), 1)
         finally:
             sg.stop(), x.stop(), y.stop()
+
+
+class DnsRefreshTest(unittest.TestCase):
+    """Endpoint names are looked up again while the gateway serves (clusters[].dns_refresh).
+    The gateway's getaddrinfo reads the names from a hosts file of the test's through
+    nss_wrapper (Debian's libnss-wrapper, which scripts/setup.sh --test installs), so that
+    the test can change what a name resolves to. The two upstreams listen on one port at
+    127.0.0.2 and 127.0.0.3."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="sg-dns-")
+        self.hosts = os.path.join(self.dir, "hosts")
+
+    def tearDown(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def set_hosts(self, *lines):
+        tmp = self.hosts + ".new"
+        with open(tmp, "w") as f:
+            f.write("".join(line + "\n" for line in lines))
+        os.replace(tmp, self.hosts)  # a new file, which nss_wrapper reads again
+
+    def gateway(self, port):
+        env = {"LD_PRELOAD": "libnss_wrapper.so", "NSS_WRAPPER_HOSTS": self.hosts,
+               # (the sanitizer build's runtime must otherwise come first in the library list)
+               "ASAN_OPTIONS": (os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0").lstrip(":")}
+        return Stealgate(config(
+            clusters=f"  - name: app\n    endpoints: [backend.test:{port}]\n    dns_refresh: 100ms\n"
+                     "    outlier_detection: { consecutive_failures: 0 }\n",
+            routes="  - name: app\n    match: { path_prefix: / }\n    cluster: app\n"), env=env)
+
+    def test_an_endpoint_follows_its_name_to_a_new_address_and_only_then(self):
+        a = Upstream("a", host="127.0.0.2")
+        b = Upstream("b", host="127.0.0.3", port=a.port)
+        self.set_hosts("127.0.0.2 backend.test")
+        sg = self.gateway(a.port)
+        try:
+            self.assertEqual(upstream_of(sg.port), (200, "a"))
+            # Another address first in the answer, the current one still in it: it stays
+            # (a resolver that rotates its answers does not churn pools and health state).
+            self.set_hosts("127.0.0.3 backend.test", "127.0.0.2 backend.test")
+            time.sleep(2.5)  # two rounds of the refresh thread (one a second)
+            self.assertEqual(upstream_of(sg.port), (200, "a"))
+            # The current address gone from the answer: the endpoint moves, and says so.
+            self.set_hosts("127.0.0.3 backend.test")
+            sg.wait_log(rf"cluster app: endpoint backend\.test:{a.port} now resolves to 127\.0\.0\.3 "
+                        r"\(was 127\.0\.0\.2\)", timeout=5 * TIMEOUT_SCALE)
+            self.assertEqual(upstream_of(sg.port), (200, "b"))
+            self.assertEqual(sg.metric("stealgate_upstream_endpoint_healthy", cluster="app",
+                                       endpoint=f"backend.test:{a.port}"), 1)
+            # A failed lookup keeps the address it has.
+            self.set_hosts("127.0.0.9 other.test")
+            sg.wait_log(rf"cluster app: endpoint backend\.test:{a.port}: cannot resolve \"backend\.test\".*"
+                        r"it keeps 127\.0\.0\.3", timeout=5 * TIMEOUT_SCALE)
+            self.assertEqual(upstream_of(sg.port), (200, "b"))
+        finally:
+            sg.stop(), a.stop(), b.stop()
 
 
 class RetryTest(unittest.TestCase):

@@ -308,6 +308,7 @@ def main():
     global NAME, DELAY_MS, FAIL_STATUS, KEEP_LOG
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--host", default="127.0.0.1", help="the loopback address to listen on")
     ap.add_argument("--name", default="upstream")
     ap.add_argument("--delay-ms", type=int, default=0)
     ap.add_argument("--fail-status", type=int, default=0)
@@ -331,7 +332,7 @@ def main():
     NAME = args.name
     DELAY_MS = args.delay_ms
     FAIL_STATUS = args.fail_status
-    srv = Server(("127.0.0.1", args.port), Handler)
+    srv = Server((args.host, args.port), Handler)
     print(f"PORT {srv.server_address[1]}", flush=True)
     srv.serve_forever()
 

@@ -1,0 +1,84 @@
+// Endpoint names looked up again while serving (clusters[].dns_refresh). A name resolved
+// only at load keeps an address its owner may have handed to someone else (a cloud load
+// balancer's addresses rotate; a Kubernetes service's pods come and go), until somebody
+// reloads: nginx's best-known surprise. HAProxy's resolvers and Envoy's STRICT_DNS
+// clusters look again; so does this, on the control path, like a reload: the lookups
+// block, so they run on a thread of their own, never a worker.
+//
+// An endpoint moves only when its address is gone from the answer (a name with several
+// addresses keeps the one it has while it is still there: no churn of pools and health
+// state with a resolver that rotates its answers), and a failed lookup keeps the address.
+#include "common/log.h"
+#include "proxy/gateway.h"
+
+namespace sg::proxy {
+
+namespace {
+
+// How often the thread looks for clusters that are due (each has its own dns_refresh).
+constexpr std::chrono::seconds kDnsTick{1};
+
+}  // namespace
+
+void Gateway::dns_refresh_loop(std::stop_token stop) {
+  for (;;) {
+    {
+      std::unique_lock lk(dns_wait_mu_);
+      if (dns_wait_.wait_for(lk, stop, kDnsTick, [&] { return stop.stop_requested(); })) return;
+    }
+    refresh_dns();
+  }
+}
+
+void Gateway::stop_dns_refresh() {
+  if (!dns_thread_.joinable()) return;
+  dns_thread_.request_stop();
+  dns_thread_.join();
+}
+
+void Gateway::refresh_dns() {
+  const std::shared_ptr<const Snapshot> old = snapshot();
+  if (!old || draining()) return;
+  // The lookups first, without the control lock (a reload meanwhile is not held up)...
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<std::string> moved;
+  for (const auto& c : old->clusters) {
+    const config::Duration every = c->config().dns_refresh;
+    if (every.count() == 0) continue;
+    auto& due = dns_due_[c->name()];
+    if (now < due) continue;
+    due = now + every;
+    if (c->resolves_elsewhere()) moved.push_back(c->name());
+  }
+  if (moved.empty()) return;
+  // ...then the rebuild, against the snapshot serving now: a reload in between may have
+  // rebuilt (or removed) the cluster already.
+  std::lock_guard lk(control_mu_);
+  const std::shared_ptr<const Snapshot> cur = snapshot();
+  if (draining()) return;
+  auto snap = std::make_shared<Snapshot>(*cur);
+  bool changed = false;
+  for (auto& c : snap->clusters) {
+    if (std::find(moved.begin(), moved.end(), c->name()) == moved.end()) continue;
+    std::string err;
+    auto built = upstream::Cluster::build(c->config(), c.get(), rt_.exec().config().worker_threads, err);
+    if (!built.ok()) {
+      SG_LOG_WARN("cluster {}: DNS refresh: {}; its endpoints keep their addresses", c->name(), err);
+      continue;
+    }
+    c = std::move(*built);
+    changed = true;
+  }
+  if (!changed) return;
+  std::string err;
+  auto table = routing::RouteTable::build(*snap->config, snap->clusters, err);
+  if (!table.ok()) {  // cannot happen: the same config built it before
+    SG_LOG_ERROR("DNS refresh: {}; the previous endpoints keep serving", err);
+    return;
+  }
+  snap->routes = std::move(*table);
+  snap_.store(snap, std::memory_order_release);
+  health_.start(snap->clusters);
+}
+
+}  // namespace sg::proxy
