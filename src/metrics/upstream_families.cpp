@@ -13,7 +13,8 @@ Labels cluster_label(const upstream::Cluster& c) { return {{"cluster", c.name()}
 
 // Requests, errors and retries by cluster.
 void cluster_families(Families& fs, const Snap& snap) {
-  auto& req = fs.family("stealgate_upstream_requests_total", "Requests sent upstream, by cluster.", MetricType::Counter);
+  auto& req =
+      fs.family("stealgate_upstream_requests_total", "Requests sent upstream, by cluster.", MetricType::Counter);
   auto& cerr = fs.family("stealgate_upstream_connect_errors_total", "Upstream connect failures.", MetricType::Counter);
   auto& opened = fs.family("stealgate_upstream_connections_opened_total",
                            "Upstream connections opened for requests (a pooled one was not available).",
@@ -116,8 +117,9 @@ void endpoint_families(Families& fs, const Snap& snap) {
       Families::add(healthy, lb, e->available(now) ? 1 : 0);
       Families::add(req, lb, static_cast<double>(s.requests.load()));
       for (std::size_t k = 0; k < s.responses.size(); ++k) {
-        Families::add(resp, {{"cluster", c->name()}, {"endpoint", e->name()}, {"code_class", std::to_string(k + 1) + "xx"}},
-                      static_cast<double>(s.responses[k].load()));
+        Labels by_class = lb;
+        by_class.push_back({"code_class", std::to_string(k + 1) + "xx"});
+        Families::add(resp, std::move(by_class), static_cast<double>(s.responses[k].load()));
       }
       Families::add(cerr, lb, static_cast<double>(s.connect_errors.load()));
       Families::add(to, lb, static_cast<double>(s.timeouts.load()));

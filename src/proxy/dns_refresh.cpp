@@ -8,6 +8,11 @@
 // An endpoint moves only when its address is gone from the answer (a name with several
 // addresses keeps the one it has while it is still there: no churn of pools and health
 // state with a resolver that rotates its answers), and a failed lookup keeps the address.
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <vector>
+
 #include "common/log.h"
 #include "proxy/gateway.h"
 
@@ -15,19 +20,37 @@ namespace sg::proxy {
 
 namespace {
 
-// How often the thread looks for clusters that are due (each has its own dns_refresh).
-constexpr std::chrono::seconds kDnsTick{1};
+// The shortest time between two lookups of a cluster's names, whatever dns_refresh says
+// (the thread sleeps until the next cluster is due).
+constexpr std::chrono::milliseconds kDnsMinInterval{100};
 
 }  // namespace
 
 void Gateway::dns_refresh_loop(std::stop_token stop) {
+  // An idle gateway with no names to look up sleeps until a reload brings some.
+  auto next = refresh_dns();  // (schedules the first lookups: the start just made them)
   for (;;) {
     {
       std::unique_lock lk(dns_wait_mu_);
-      if (dns_wait_.wait_for(lk, stop, kDnsTick, [&] { return stop.stop_requested(); })) return;
+      const auto woken = [&] { return stop.stop_requested() || dns_config_changed_; };
+      if (next == std::chrono::steady_clock::time_point::max()) {
+        dns_wait_.wait(lk, stop, woken);
+      } else {
+        dns_wait_.wait_until(lk, stop, next, woken);
+      }
+      if (stop.stop_requested()) return;
+      dns_config_changed_ = false;
     }
-    refresh_dns();
+    next = refresh_dns();
   }
+}
+
+void Gateway::wake_dns_refresh() {
+  {
+    std::lock_guard lk(dns_wait_mu_);
+    dns_config_changed_ = true;
+  }
+  dns_wait_.notify_all();
 }
 
 void Gateway::stop_dns_refresh() {
@@ -36,26 +59,31 @@ void Gateway::stop_dns_refresh() {
   dns_thread_.join();
 }
 
-void Gateway::refresh_dns() {
+std::chrono::steady_clock::time_point Gateway::refresh_dns() {
+  auto next = std::chrono::steady_clock::time_point::max();
   const std::shared_ptr<const Snapshot> old = snapshot();
-  if (!old || draining()) return;
+  if (!old || draining()) return next;
   // The lookups first, without the control lock (a reload meanwhile is not held up)...
   const auto now = std::chrono::steady_clock::now();
   std::vector<std::string> moved;
   for (const auto& c : old->clusters) {
     const config::Duration every = c->config().dns_refresh;
-    if (every.count() == 0) continue;
-    auto& due = dns_due_[c->name()];
-    if (now < due) continue;
-    due = now + every;
-    if (c->resolves_elsewhere()) moved.push_back(c->name());
+    if (every.count() == 0 || !c->has_names()) continue;
+    const auto interval = std::max<std::chrono::steady_clock::duration>(every, kDnsMinInterval);
+    // A cluster seen for the first time was resolved just now, by the start or a reload.
+    auto [it, first] = dns_due_.try_emplace(c->name(), now + interval);
+    if (!first && now >= it->second) {
+      it->second = now + interval;
+      if (c->resolves_elsewhere()) moved.push_back(c->name());
+    }
+    next = std::min(next, it->second);
   }
-  if (moved.empty()) return;
+  if (moved.empty()) return next;
   // ...then the rebuild, against the snapshot serving now: a reload in between may have
   // rebuilt (or removed) the cluster already.
   std::lock_guard lk(control_mu_);
   const std::shared_ptr<const Snapshot> cur = snapshot();
-  if (draining()) return;
+  if (draining()) return next;
   auto snap = std::make_shared<Snapshot>(*cur);
   bool changed = false;
   for (auto& c : snap->clusters) {
@@ -69,16 +97,17 @@ void Gateway::refresh_dns() {
     c = std::move(*built);
     changed = true;
   }
-  if (!changed) return;
+  if (!changed) return next;
   std::string err;
   auto table = routing::RouteTable::build(*snap->config, snap->clusters, err);
   if (!table.ok()) {  // cannot happen: the same config built it before
     SG_LOG_ERROR("DNS refresh: {}; the previous endpoints keep serving", err);
-    return;
+    return next;
   }
   snap->routes = std::move(*table);
   snap_.store(snap, std::memory_order_release);
   health_.start(snap->clusters);
+  return next;
 }
 
 }  // namespace sg::proxy

@@ -420,6 +420,7 @@ std::string Gateway::reload(std::shared_ptr<const config::Config> cfg) {
   }
   publish_listeners();
   health_.start(snap->clusters);
+  wake_dns_refresh();
   apply_shedding(cfg->limits);
   stats_.reload_accepted();
   return "";

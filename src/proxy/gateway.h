@@ -192,16 +192,18 @@ class Gateway {
   void start_pool_reapers();
 
   // Endpoint names are looked up again every clusters[].dns_refresh (proxy/dns_refresh.cpp)
-  // on a control-path thread of their own, since lookups block. One round (refresh_dns, a
-  // second apart): every cluster that is due and has an endpoint whose address left the
-  // answer is rebuilt (Cluster::build moves only those endpoints) into a new snapshot, as
-  // a reload would, without reading the file again.
+  // on a control-path thread of their own, since lookups block; it sleeps until the next
+  // cluster is due (or a reload). One round (refresh_dns): every cluster that is due and has
+  // an endpoint whose address left the answer is rebuilt (Cluster::build moves only those
+  // endpoints) into a new snapshot, as a reload would, without reading the file again.
   void dns_refresh_loop(std::stop_token stop);
-  void refresh_dns();
+  std::chrono::steady_clock::time_point refresh_dns();  // -> when the next cluster is due
+  void wake_dns_refresh();                               // a new snapshot: maybe new names
   void stop_dns_refresh();
   std::map<std::string, std::chrono::steady_clock::time_point> dns_due_;  // by cluster; refresh_dns only
   std::mutex dns_wait_mu_;
   std::condition_variable_any dns_wait_;
+  bool dns_config_changed_ = false;  // guarded by dns_wait_mu_
   std::jthread dns_thread_;
 
   mutable std::mutex control_mu_;  // start/reload/drain/refresh_dns (control thread operations)

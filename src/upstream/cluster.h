@@ -79,6 +79,8 @@ class Cluster {
   // one's address is gone from the answer, so a new build() would move it. A failed lookup
   // is logged and counts as no change.
   bool resolves_elsewhere() const;
+  // Whether an endpoint is named by a host name rather than an IP literal.
+  bool has_names() const { return has_names_; }
 
  private:
   Cluster(config::ClusterSection cfg, std::vector<std::shared_ptr<Endpoint>> eps,
@@ -91,6 +93,7 @@ class Cluster {
   // failures cannot together put out more than max_ejection_percent. Taken only once an
   // endpoint has failed consecutive_failures times in a row.
   std::mutex eject_mu_;
+  bool has_names_ = false;
   config::ClusterSection cfg_;
   std::vector<std::shared_ptr<Endpoint>> endpoints_;
   std::unique_ptr<LoadBalancer> lb_;

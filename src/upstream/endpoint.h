@@ -54,8 +54,9 @@ class Endpoint {
   std::atomic<uint32_t> consecutive_failures{0};
   // Steady-clock ms: the end of the current ejection, or of the last one once past.
   std::atomic<int64_t> ejected_until_ms{0};
-  // The next ejection lasts base_ejection_time x (this + 1); recent ejections raise it, time
-  // in service lowers it (written only under the cluster's ejection lock).
+  // Recent ejections: the next one lasts base_ejection_time x (this + 1), less one for each
+  // base time served since the last (Cluster::eject, under the ejecting cluster's lock; a
+  // reload's two snapshots have a lock each, and either may eject meanwhile).
   std::atomic<uint32_t> ejection_multiplier{0};
 
   bool ejected(int64_t now_ms) const { return ejected_until_ms.load(std::memory_order_relaxed) > now_ms; }

@@ -333,8 +333,11 @@ class DnsRefreshTest(unittest.TestCase):
 
     def gateway(self, port):
         env = {"LD_PRELOAD": "libnss_wrapper.so", "NSS_WRAPPER_HOSTS": self.hosts,
-               # (the sanitizer build's runtime must otherwise come first in the library list)
-               "ASAN_OPTIONS": (os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0").lstrip(":")}
+               # For the sanitizer build: its runtime must otherwise come first in the
+               # library list, and it refuses the RTLD_DEEPBIND with which nss_wrapper
+               # loads libc for a name its file does not have.
+               "ASAN_OPTIONS": (os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0").lstrip(":"),
+               "NSS_WRAPPER_DISABLE_DEEPBIND": "1"}
         return Stealgate(config(
             clusters=f"  - name: app\n    endpoints: [backend.test:{port}]\n    dns_refresh: 100ms\n"
                      "    outlier_detection: { consecutive_failures: 0 }\n",
