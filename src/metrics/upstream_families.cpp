@@ -33,6 +33,14 @@ void cluster_families(Families& fs, const Snap& snap) {
                             "Endpoints that failed enough to be ejected but stayed in: max_ejection_percent of "
                             "the cluster was out already.",
                             MetricType::Counter);
+  auto& dns = fs.family("stealgate_upstream_dns_lookups_total",
+                        "Lookups of endpoint names while serving (clusters[].dns_refresh), by result (a failed "
+                        "one keeps the address).",
+                        MetricType::Counter);
+  auto& moves = fs.family("stealgate_upstream_dns_moves_total",
+                          "Endpoints moved to a new address because their name resolved elsewhere (each is "
+                          "logged).",
+                          MetricType::Counter);
   auto& active = fs.family("stealgate_upstream_requests_active", "Requests in flight, by cluster.", MetricType::Gauge);
   auto& spliced = fs.family("stealgate_upstream_spliced_response_bytes_total",
                             "Response body bytes passed from upstream to client by splice, without a copy "
@@ -59,6 +67,12 @@ void cluster_families(Families& fs, const Snap& snap) {
     Families::add(budget, lb, static_cast<double>(s.retries_budget_exhausted.load()));
     Families::add(none, lb, static_cast<double>(s.no_healthy_endpoint.load()));
     Families::add(refused, lb, static_cast<double>(s.ejections_refused.load()));
+    if (c->has_names()) {
+      Families::add(dns, {{"cluster", c->name()}, {"result", "ok"}}, static_cast<double>(s.dns_lookups_ok.load()));
+      Families::add(dns, {{"cluster", c->name()}, {"result", "failed"}},
+                    static_cast<double>(s.dns_lookups_failed.load()));
+      Families::add(moves, lb, static_cast<double>(s.dns_moves.load()));
+    }
     Families::add(active, lb, static_cast<double>(s.active.load()));
     Families::add(spliced, lb, static_cast<double>(s.response_bytes_spliced.load()));
     add_histogram(head, lb, s.response_head_time);

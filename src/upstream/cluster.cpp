@@ -100,6 +100,7 @@ Result<std::shared_ptr<Cluster>> Cluster::build(const config::ClusterSection& cf
       return addr.error();
     }
     if (before != nullptr && before->address() != *addr) {
+      previous->stats_->dns_moves.fetch_add(1, std::memory_order_relaxed);
       SG_LOG_WARN("cluster {}: endpoint {} now resolves to {} (was {}): a new pool and health state", cfg.name,
                   e.address.text(), addr->address().to_string(), before->address().address().to_string());
     }
@@ -203,6 +204,7 @@ bool Cluster::resolves_elsewhere() const {
     if (is_ip_literal(a)) continue;
     std::string error;
     auto all = resolve_all(a, error);
+    (all.ok() ? stats_->dns_lookups_ok : stats_->dns_lookups_failed).fetch_add(1, std::memory_order_relaxed);
     if (!all.ok()) {
       SG_LOG_WARN("cluster {}: endpoint {}: {}; it keeps {}", cfg_.name, e->name(), error,
                   e->address().address().to_string());

@@ -32,6 +32,11 @@ struct ClusterStats {
   std::atomic<uint64_t> no_healthy_endpoint{0};
   // Failures that would have ejected an endpoint, kept in by max_ejection_percent.
   std::atomic<uint64_t> ejections_refused{0};
+  // Endpoint names looked up again (dns_refresh): lookups by outcome, and endpoints moved
+  // to a new address (by a refresh or a reload).
+  std::atomic<uint64_t> dns_lookups_ok{0};
+  std::atomic<uint64_t> dns_lookups_failed{0};
+  std::atomic<uint64_t> dns_moves{0};
   // Reused connections found closed by the upstream only after the request was sent (or
   // answered with its idle-timeout 408): the request was replayed on a new connection.
   std::atomic<uint64_t> stale_replays{0};

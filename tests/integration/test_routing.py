@@ -362,11 +362,16 @@ class DnsRefreshTest(unittest.TestCase):
             self.assertEqual(upstream_of(sg.port), (200, "b"))
             self.assertEqual(sg.metric("stealgate_upstream_endpoint_healthy", cluster="app",
                                        endpoint=f"backend.test:{a.port}"), 1)
+            self.assertEqual(sg.metric("stealgate_upstream_dns_moves_total", cluster="app"), 1)
+            self.assertGreaterEqual(sg.metric("stealgate_upstream_dns_lookups_total", cluster="app", result="ok"), 2)
+            self.assertEqual(sg.metric("stealgate_upstream_dns_lookups_total", cluster="app", result="failed"), 0)
             # A failed lookup keeps the address it has.
             self.set_hosts("127.0.0.9 other.test")
             sg.wait_log(rf"cluster app: endpoint backend\.test:{a.port}: cannot resolve \"backend\.test\".*"
                         r"it keeps 127\.0\.0\.3", timeout=5 * TIMEOUT_SCALE)
             self.assertEqual(upstream_of(sg.port), (200, "b"))
+            self.assertGreaterEqual(sg.metric("stealgate_upstream_dns_lookups_total", cluster="app", result="failed"), 1)
+            self.assertEqual(sg.metric("stealgate_upstream_dns_moves_total", cluster="app"), 1)
         finally:
             sg.stop(), a.stop(), b.stop()
 
