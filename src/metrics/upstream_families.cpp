@@ -9,8 +9,6 @@ namespace sg::metrics::detail {
 
 namespace {
 
-Labels cluster_label(const upstream::Cluster& c) { return {{"cluster", c.name()}}; }
-
 // Requests, errors and retries by cluster.
 void cluster_families(Families& fs, const Snap& snap) {
   auto& req =
@@ -52,7 +50,7 @@ void cluster_families(Families& fs, const Snap& snap) {
   if (!snap) return;
   for (const auto& c : snap->clusters) {
     const upstream::ClusterStats& s = c->stats();
-    const Labels lb = cluster_label(*c);
+    const Labels lb{{"cluster", c->name()}};
     Families::add(req, lb, static_cast<double>(s.requests.load()));
     Families::add(cerr, lb, static_cast<double>(s.connect_errors.load()));
     Families::add(opened, lb, static_cast<double>(s.connections_opened.load()));

@@ -92,7 +92,7 @@ Result<std::shared_ptr<Cluster>> Cluster::build(const config::ClusterSection& cf
                                 previous->cfg_.max_idle_per_endpoint == cfg.max_idle_per_endpoint &&
                                 previous->cfg_.idle_timeout == cfg.idle_timeout && previous->cfg_.tls == cfg.tls;
   for (const auto& e : cfg.endpoints) {
-    const Endpoint* before = previous != nullptr ? previous->endpoint_named(e.address.text()) : nullptr;
+    const std::shared_ptr<Endpoint> before = previous != nullptr ? previous->endpoint_named(e.address.text()) : nullptr;
     // A name with several addresses keeps the one it has while the answer still holds it.
     auto addr = resolve(e.address, error, before != nullptr ? &before->address() : nullptr);
     if (!addr.ok()) {
@@ -106,7 +106,7 @@ Result<std::shared_ptr<Cluster>> Cluster::build(const config::ClusterSection& cf
     }
     const bool reuse =
         pools_compatible && before != nullptr && before->address() == *addr && before->weight() == e.weight;
-    eps.push_back(reuse ? previous->shared_endpoint(*before)
+    eps.push_back(reuse ? before
                         : std::make_shared<Endpoint>(e.address.text(), e.address.host, *addr, e.weight, pool));
   }
   std::shared_ptr<const tls::ClientContext> tls;
@@ -184,16 +184,9 @@ bool Cluster::has_available(uint64_t avoid) const {
   return false;
 }
 
-const Endpoint* Cluster::endpoint_named(const std::string& name) const {
+std::shared_ptr<Endpoint> Cluster::endpoint_named(const std::string& name) const {
   for (const auto& e : endpoints_) {
-    if (e->name() == name) return e.get();
-  }
-  return nullptr;
-}
-
-std::shared_ptr<Endpoint> Cluster::shared_endpoint(const Endpoint& e) const {
-  for (const auto& p : endpoints_) {
-    if (p.get() == &e) return p;
+    if (e->name() == name) return e;
   }
   return nullptr;
 }

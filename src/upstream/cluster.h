@@ -91,8 +91,7 @@ class Cluster {
   Cluster(config::ClusterSection cfg, std::vector<std::shared_ptr<Endpoint>> eps,
           std::shared_ptr<ClusterStats> stats);
   void eject(Endpoint& e, uint32_t failures);
-  const Endpoint* endpoint_named(const std::string& name) const;
-  std::shared_ptr<Endpoint> shared_endpoint(const Endpoint& e) const;
+  std::shared_ptr<Endpoint> endpoint_named(const std::string& name) const;
 
   // Makes counting the endpoints out and ejecting one a single step, so that concurrent
   // failures cannot together put out more than max_ejection_percent. Taken only once an
