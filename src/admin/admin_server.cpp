@@ -155,7 +155,18 @@ void AdminServer::stop() {
     task_.wait();
     task_ = {};
   }
-  if (listener_) listener_->close();
+  if (!listener_) return;
+  // What the ring took, or the kernel queued, as the accepting stopped is answered here:
+  // after a binary upgrade the socket lives on in the new process, which would not hear of
+  // those (io::TcpListener::stop_accepting).
+  auto serve_taken = [](proxy::Gateway& gw, std::shared_ptr<io::TcpListener> l) -> exec::Task<void> {
+    for (auto& c : co_await l->stop_accepting()) {
+      exec::spawn_detached(serve_admin(gw, io::Stream(std::move(c.stream))), {exec::TaskKind::kAdmin, "admin client"});
+    }
+  };
+  gw_.runtime().handle().spawn(serve_taken(gw_, listener_), {exec::TaskKind::kAdmin, "admin listener"}).wait();
+  listener_->close();
+  listener_.reset();
 }
 
 }  // namespace sg::admin

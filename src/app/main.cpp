@@ -125,7 +125,7 @@ std::vector<app::HandedSocket> listening_sockets(proxy::Gateway& gw, const admin
 
 // SIGUSR2: hands the sockets to a new copy of the binary. True when it serves (this
 // process then drains and exits); false when it failed (this process keeps serving).
-bool hand_over(proxy::Gateway& gw, const admin::AdminServer& admin, const std::string& binary,
+bool hand_over(proxy::Gateway& gw, admin::AdminServer& admin, const std::string& binary,
                const std::vector<std::string>& argv) {
   SG_LOG_INFO("binary upgrade: starting {}", binary);
   app::Successor next = app::start_successor(binary, argv, listening_sockets(gw, admin), std::chrono::seconds(30));
@@ -133,6 +133,10 @@ bool hand_over(proxy::Gateway& gw, const admin::AdminServer& admin, const std::s
     SG_LOG_ERROR("binary upgrade failed: {}; this process keeps serving", next.error);
     return false;
   }
+  // The admin endpoint is the new process's alone from now on: health checks would meet
+  // this one's "503 draining" (on io_uring, every one: its accept is the socket's first
+  // waiter), and scrapes its counters, for the whole drain.
+  admin.stop();
   SG_LOG_INFO("binary upgrade: new process {} is serving; this one drains and exits", next.pid);
   notify("MAINPID=" + std::to_string(next.pid) + "\nSTATUS=handed over to pid " + std::to_string(next.pid));
   return true;

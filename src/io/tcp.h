@@ -199,10 +199,11 @@ class TcpListener {
   // accept() left running (try_accept() still yields what it took).
   exec::Task<std::error_code> wait_acceptable(Deadline dl = {});
   Result<std::optional<TcpStream>> try_accept(tcp::endpoint* peer = nullptr);
-  // io_uring: stops the multishot accept and waits for its last completion, yielding the
-  // connections it took that no accept() took (they are the listener's: a listener that
-  // stops, to drain or hand its socket to a new process, serves them). Afterwards the
-  // listener takes no connection from the kernel until the next accept(). Nothing on epoll.
+  // io_uring: stops the ring's accept and waits for its last completion, yielding the
+  // connections it took that no accept() took and those the kernel queued until then
+  // (they are the listener's: a listener that stops, to drain or hand its socket to a new
+  // process, serves them). Afterwards the listener takes no connection from the kernel
+  // until the next accept(). Nothing on epoll.
   struct TakenConnection {
     TcpStream stream;
     tcp::endpoint peer;
@@ -225,6 +226,7 @@ class TcpListener {
   // as accept4 or a single-shot accept on the ring reported it, or asked with getpeername
   // when null (a multishot accept reports none; nullopt when the peer has gone already).
   Result<std::optional<TcpStream>> adopt_accepted(int fd, tcp::endpoint* peer, const tcp::endpoint* from = nullptr);
+  void take_backlog(std::vector<TakenConnection>& out);
   Socket sock_;  // on io_uring, its receive_op() is the accept
   IoContext io_;  // where accepted sockets go
   bool shared_ = false;  // share()d: single-shot accepts on io_uring

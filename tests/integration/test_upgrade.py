@@ -150,6 +150,10 @@ class BinaryUpgradeTest(unittest.TestCase):
         sg.wait_for(lambda: any(e["target"].endswith("id=inflight") for e in self.up.log()), 5, "slow request not in flight")
         pid = self.upgrade(sg)
         self.assertNotEqual(pid, sg.proc.pid)
+        # While the old process drains, the admin socket is the new one's alone: a health
+        # check never meets the old one's "503 draining", nor a scrape its counters.
+        readiness = [request_once(admin, "GET", "/ready")[0] for _ in range(20)]
+        self.assertEqual(readiness, [200] * 20, "the draining old process answered on the admin socket")
         # The old process drains (the slow request finishes on it) and exits cleanly.
         self.assertEqual(slow.read_response().status, 200, "the in-flight request was cut")
         slow.close()

@@ -7,8 +7,11 @@
 // (serving what they took) and starts a new accepting task, again and again. Every
 // connection must be answered: none that the ring took is lost or answered twice, and
 // afterwards no operation is left. The same again with two listeners sharing one socket
-// (TcpListener::share: single-shot accepts on io_uring), an accepting task on each.
+// (TcpListener::share: single-shot accepts on io_uring), an accepting task on each. And a
+// binary upgrade's hand-over: two runtimes accepting on one socket, the old one stopping
+// while a connection arrives.
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -141,6 +144,70 @@ TEST_P(AcceptStress, EveryConnectionIsAnsweredOnceThroughDropsAndStops) {
 TEST_P(AcceptStress, EveryConnectionIsAnsweredOnceOnASharedSocket) {
   SG_DRIVER_RUNTIME(rt, sg::testing::workers(3));
   stress_accepts(rt, 2);
+}
+
+// A client's connection that waits for its byte, at most a second (the test's limit for
+// a connection left queued); true when answered.
+bool answered_within_a_second(uint16_t port) {
+  int fd = sg::testing::connect_loopback(port);
+  if (fd < 0) return false;
+  timeval second{1, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &second, sizeof(second));
+  char c = 0;
+  const bool ok = ::recv(fd, &c, 1, 0) == 1;
+  ::close(fd);
+  return ok;
+}
+
+// A binary upgrade's hand-over: two runtimes (the old process, and the new one it started)
+// accept on one socket, and the old one stops while a connection arrives. Its worker is
+// busy (as one serving requests is) when the connection comes, so on io_uring the wake
+// of its ring's accept, the first waiter on the socket, runs only when the worker next
+// enters the ring, where the stop's cancel now comes first. The connection must still be
+// answered: before TcpListener::take_backlog it stayed queued, the new runtime's accept
+// never woken for it. Then the new runtime serves on alone. A new socket each round, so
+// that no later accept on the socket finds the connection by looking afresh.
+TEST_P(AcceptStress, AConnectionArrivingAsTheOldRuntimeStopsIsAnswered) {
+  SG_DRIVER_RUNTIME(old_rt, sg::testing::workers(1));
+  SG_DRIVER_RUNTIME(new_rt, sg::testing::workers(1));
+  std::atomic<long> answered{0}, timeouts{0};
+  auto serve_rest = [&answered](TcpListener& l) -> exec::Task<void> {
+    for (auto& c : co_await l.stop_accepting()) answer(c.stream, answered);
+  };
+  constexpr int kRounds = 8;
+  for (int round = 0; round < kRounds; ++round) {
+    auto bound = TcpListener::bind(old_rt.context(), tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0), {});
+    ASSERT_TRUE(bound.ok());
+    TcpListener old_l = std::move(*bound);
+    auto adopted = TcpListener::adopt(new_rt.context(), ::fcntl(old_l.native_handle(), F_DUPFD_CLOEXEC, 0));
+    ASSERT_TRUE(adopted.ok());
+    TcpListener new_l = std::move(*adopted);
+    const uint16_t port = old_l.local_endpoint().port();
+
+    exec::JoinHandle<void> old_server = old_rt.spawn(accept_forever(old_l, answered, timeouts, round));
+    EXPECT_TRUE(answered_within_a_second(port));  // the old runtime's accept is armed
+    exec::JoinHandle<void> new_server = new_rt.spawn(accept_forever(new_l, answered, timeouts, round));
+    std::this_thread::sleep_for(5ms);  // and the new one's, behind it
+    old_server.cancel();
+    EXPECT_FALSE(old_server.wait());
+    std::atomic<bool> busy{false};
+    exec::JoinHandle<void> stop = old_rt.spawn([&]() -> exec::Task<void> {
+      busy.store(true);
+      for (auto until = std::chrono::steady_clock::now() + 20ms; std::chrono::steady_clock::now() < until;) {
+      }
+      co_await serve_rest(old_l);
+    });
+    while (!busy.load()) std::this_thread::yield();
+    EXPECT_TRUE(answered_within_a_second(port)) << "round " << round << ": the connection stayed queued";
+    EXPECT_TRUE(stop.wait());
+    EXPECT_TRUE(answered_within_a_second(port)) << "round " << round << ": the new runtime does not accept";
+    new_server.cancel();
+    EXPECT_FALSE(new_server.wait());
+    EXPECT_TRUE(new_rt.spawn(serve_rest(new_l)).wait());
+    old_l.close();
+    new_l.close();
+  }
+  EXPECT_EQ(answered.load(), 3 * kRounds);
 }
 
 }  // namespace
