@@ -643,8 +643,12 @@ void TcpListener::take_backlog(std::vector<TakenConnection>& out) {
   // accept ran eats the wake: the connection stays queued, and the other waiter hears of
   // it only when the next connection arrives (measured: two connections queued 10 s on a
   // handed-over socket under load). So what the kernel queued until the cancel is taken
-  // here; what arrives later wakes the waiters that remain.
-  for (;;) {
+  // here; what arrives later wakes the waiters that remain. (Only after a ring's accept:
+  // epoll's waits and the ring's polls, which backlog mode uses, are not exclusive, and
+  // backlog mode leaves its queue to whoever accepts next.) Bounded by a full default
+  // backlog (net.core.somaxconn), in case connections keep arriving as fast as taken.
+  constexpr int kMaxTaken = 4096;
+  for (int taken = 0; taken < kMaxTaken; ++taken) {
     tcp::endpoint peer;
     auto got = try_accept(&peer);
     if (!got.ok() || !got->has_value()) return;
