@@ -138,7 +138,8 @@ std::string Gateway::build_snapshot(std::shared_ptr<const config::Config> cfg, s
 
 std::string Gateway::build_clusters(const config::Config& cfg, const Snapshot* prev, Snapshot& snap) {
   // Resolve names (blocking getaddrinfo, on this control thread, never a worker) and carry
-  // unchanged endpoints (pools, health) over.
+  // unchanged endpoints (pools, health) over. A reload (`prev`) is refused for a new name
+  // that does not resolve; the start is not (Cluster::build).
   for (const auto& c : cfg.clusters) {
     const upstream::Cluster* old = nullptr;
     if (prev != nullptr) {
@@ -147,7 +148,7 @@ std::string Gateway::build_clusters(const config::Config& cfg, const Snapshot* p
       }
     }
     std::string err;
-    auto built = upstream::Cluster::build(c, old, rt_.exec().config().worker_threads, err);
+    auto built = upstream::Cluster::build(c, old, rt_.exec().config().worker_threads, err, prev != nullptr);
     if (!built.ok()) return err;
     snap.clusters.push_back(std::move(*built));
   }

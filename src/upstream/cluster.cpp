@@ -82,8 +82,58 @@ Cluster::Cluster(config::ClusterSection cfg, std::vector<std::shared_ptr<Endpoin
       names);
 }
 
+namespace {
+
+std::string ip_text(const io::tcp::endpoint& ep) { return ep.address().to_string(); }
+
+// The previous snapshot's endpoint of this name where it can go on (same address, weight
+// and pool settings), else a new one. A name that does not resolve keeps the address it
+// had. One that never resolved waits, unresolved and taking no requests, for the next
+// lookup: a gateway starts though an upstream's name is not in DNS yet (a service that
+// starts after it), where nginx refuses to. A new name must resolve where the caller says
+// so (a reload, where the previous configuration can go on serving instead) and where names
+// are not looked up again (dns_refresh 0).
+Result<std::shared_ptr<Endpoint>> build_endpoint(const config::ClusterSection& cfg, const config::EndpointSection& e,
+                                                 const std::shared_ptr<Endpoint>& before, bool pools_compatible,
+                                                 bool new_names_must_resolve, const PoolOptions& pool,
+                                                 ClusterStats& stats, std::string& error) {
+  const bool had_address = before != nullptr && before->resolved();
+  const bool same_settings = pools_compatible && before != nullptr && before->weight() == e.weight;
+  // A name with several addresses keeps the one it has while the answer still holds it.
+  auto addr = resolve(e.address, error, had_address ? &before->address() : nullptr);
+  if (!addr.ok() && had_address) {
+    SG_LOG_WARN("cluster {}: endpoint {}: {}; it keeps {}", cfg.name, e.address.text(), error, ip_text(before->address()));
+    addr = before->address();
+  } else if (!addr.ok()) {
+    const char* why = cfg.dns_refresh.count() == 0       ? " (with dns_refresh: 0 a name must resolve at load)"
+                      : new_names_must_resolve && !before ? " (a new endpoint's name must resolve at a reload)"
+                                                          : nullptr;
+    if (why != nullptr) {
+      error = "cluster \"" + cfg.name + "\" endpoint " + e.address.text() + ": " + error + why;
+      return addr.error();
+    }
+    SG_LOG_WARN("cluster {}: endpoint {}: {}; it takes no requests until the name resolves (looked up again every {})",
+                cfg.name, e.address.text(), error, config::detail::format_duration(cfg.dns_refresh));
+    if (before != nullptr && same_settings) return before;
+    return Endpoint::unresolved(e.address.text(), e.address.host, e.address.port, e.weight, pool);
+  }
+  if (before != nullptr && before->address() != *addr) {
+    stats.dns_moves.fetch_add(1, std::memory_order_relaxed);
+    if (had_address) {
+      SG_LOG_WARN("cluster {}: endpoint {} now resolves to {} (was {}): a new pool and health state", cfg.name,
+                  e.address.text(), ip_text(*addr), ip_text(before->address()));
+    } else {
+      SG_LOG_INFO("cluster {}: endpoint {} resolves to {}: it takes requests", cfg.name, e.address.text(), ip_text(*addr));
+    }
+  }
+  if (had_address && same_settings && before->address() == *addr) return before;
+  return std::make_shared<Endpoint>(e.address.text(), e.address.host, *addr, e.weight, pool);
+}
+
+}  // namespace
+
 Result<std::shared_ptr<Cluster>> Cluster::build(const config::ClusterSection& cfg, const Cluster* previous,
-                                                std::size_t workers, std::string& error) {
+                                                std::size_t workers, std::string& error, bool new_names_must_resolve) {
   std::vector<std::shared_ptr<Endpoint>> eps;
   PoolOptions pool{cfg.max_idle_per_endpoint, cfg.idle_timeout, workers};
   // A pool's connections were made with the cluster's TLS settings: other settings get
@@ -91,23 +141,12 @@ Result<std::shared_ptr<Cluster>> Cluster::build(const config::ClusterSection& cf
   const bool pools_compatible = previous != nullptr &&
                                 previous->cfg_.max_idle_per_endpoint == cfg.max_idle_per_endpoint &&
                                 previous->cfg_.idle_timeout == cfg.idle_timeout && previous->cfg_.tls == cfg.tls;
+  auto stats = previous != nullptr ? previous->stats_ : std::make_shared<ClusterStats>();
   for (const auto& e : cfg.endpoints) {
     const std::shared_ptr<Endpoint> before = previous != nullptr ? previous->endpoint_named(e.address.text()) : nullptr;
-    // A name with several addresses keeps the one it has while the answer still holds it.
-    auto addr = resolve(e.address, error, before != nullptr ? &before->address() : nullptr);
-    if (!addr.ok()) {
-      error = "cluster \"" + cfg.name + "\" endpoint " + e.address.text() + ": " + error;
-      return addr.error();
-    }
-    if (before != nullptr && before->address() != *addr) {
-      previous->stats_->dns_moves.fetch_add(1, std::memory_order_relaxed);
-      SG_LOG_WARN("cluster {}: endpoint {} now resolves to {} (was {}): a new pool and health state", cfg.name,
-                  e.address.text(), addr->address().to_string(), before->address().address().to_string());
-    }
-    const bool reuse =
-        pools_compatible && before != nullptr && before->address() == *addr && before->weight() == e.weight;
-    eps.push_back(reuse ? before
-                        : std::make_shared<Endpoint>(e.address.text(), e.address.host, *addr, e.weight, pool));
+    auto ep = build_endpoint(cfg, e, before, pools_compatible, new_names_must_resolve, pool, *stats, error);
+    if (!ep.ok()) return ep.error();
+    eps.push_back(std::move(*ep));
   }
   std::shared_ptr<const tls::ClientContext> tls;
   if (cfg.tls) {
@@ -119,7 +158,6 @@ Result<std::shared_ptr<Cluster>> Cluster::build(const config::ClusterSection& cf
     }
     io::TlsLayer::enable_client_resumption(tls->ctx());  // into each endpoint's tls_session()
   }
-  auto stats = previous != nullptr ? previous->stats_ : std::make_shared<ClusterStats>();
   auto cluster = std::shared_ptr<Cluster>(new Cluster(cfg, std::move(eps), std::move(stats)));
   cluster->tls_ = std::move(tls);
   return cluster;
@@ -199,11 +237,11 @@ bool Cluster::resolves_elsewhere() const {
     auto all = resolve_all(a, error);
     (all.ok() ? stats_->dns_lookups_ok : stats_->dns_lookups_failed).fetch_add(1, std::memory_order_relaxed);
     if (!all.ok()) {
-      SG_LOG_WARN("cluster {}: endpoint {}: {}; it keeps {}", cfg_.name, e->name(), error,
-                  e->address().address().to_string());
+      SG_LOG_WARN("cluster {}: endpoint {}: {}; {}", cfg_.name, e->name(), error,
+                  e->resolved() ? "it keeps " + ip_text(e->address()) : std::string("it takes no requests yet"));
       continue;
     }
-    if (std::find(all->begin(), all->end(), e->address()) == all->end()) return true;
+    if (!e->resolved() || std::find(all->begin(), all->end(), e->address()) == all->end()) return true;
   }
   return false;
 }

@@ -53,9 +53,15 @@ class Cluster {
  public:
   // Resolves endpoint names (blocking getaddrinfo: call it off the workers) and builds the
   // balancer. `previous` donates unchanged endpoints. `workers`: the runtime's worker
-  // threads (each endpoint's pool keeps an idle list per worker). Errors name the endpoint.
+  // threads (each endpoint's pool keeps an idle list per worker). A name that does not
+  // resolve keeps the address it had. A new one (no endpoint of that name in `previous`)
+  // waits unresolved (Endpoint::unresolved) for the next lookup, at the start; it is an
+  // error, which names the endpoint, with `new_names_must_resolve` (a reload: a typo must
+  // not take an upstream's traffic away) or where names are not looked up again
+  // (dns_refresh 0).
   static Result<std::shared_ptr<Cluster>> build(const config::ClusterSection& cfg, const Cluster* previous,
-                                                std::size_t workers, std::string& error);
+                                                std::size_t workers, std::string& error,
+                                                bool new_names_must_resolve = false);
 
   const std::string& name() const { return cfg_.name; }
   const config::ClusterSection& config() const { return cfg_; }
@@ -81,7 +87,8 @@ class Cluster {
   std::size_t healthy_count() const;
 
   // Looks the endpoints' names up again (blocking getaddrinfo: off the workers): true when
-  // one's address is gone from the answer, so a new build() would move it. A failed lookup
+  // one's address is gone from the answer, or an unresolved one resolves, so a new build()
+  // would move it. A failed lookup
   // is logged and counts as no change.
   bool resolves_elsewhere() const;
   // Whether an endpoint is named by a host name rather than an IP literal.

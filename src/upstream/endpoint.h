@@ -35,9 +35,19 @@ class Endpoint {
  public:
   Endpoint(std::string name, std::string host, io::tcp::endpoint addr, uint32_t weight, PoolOptions pool)
       : name_(std::move(name)), host_(std::move(host)), addr_(addr), weight_(weight), pool_(pool) {}
+  // A name that did not resolve (yet): the endpoint takes no requests and no health checks
+  // until a later lookup gives it an address (a new Endpoint, Cluster::build).
+  static std::shared_ptr<Endpoint> unresolved(std::string name, std::string host, uint16_t port, uint32_t weight,
+                                              PoolOptions pool) {
+    auto e = std::make_shared<Endpoint>(std::move(name), std::move(host), io::tcp::endpoint({}, port), weight, pool);
+    e->resolved_ = false;
+    return e;
+  }
 
   const std::string& name() const { return name_; }  // host:port as configured
   const std::string& host() const { return host_; }  // the host as configured (a name or an IP literal)
+  bool resolved() const { return resolved_; }
+  // Unresolved: the unspecified address with the configured port.
   const io::tcp::endpoint& address() const { return addr_; }
   uint32_t weight() const { return weight_; }
   ConnPool& pool() { return pool_; }
@@ -60,12 +70,15 @@ class Endpoint {
   std::atomic<uint32_t> ejection_multiplier{0};
 
   bool ejected(int64_t now_ms) const { return ejected_until_ms.load(std::memory_order_relaxed) > now_ms; }
-  bool available(int64_t now_ms) const { return healthy.load(std::memory_order_relaxed) && !ejected(now_ms); }
+  bool available(int64_t now_ms) const {
+    return resolved_ && healthy.load(std::memory_order_relaxed) && !ejected(now_ms);
+  }
 
  private:
   std::string name_;
   std::string host_;
   io::tcp::endpoint addr_;
+  bool resolved_ = true;
   uint32_t weight_;
   ConnPool pool_;
   std::shared_ptr<io::TlsSessionSlot> tls_session_ = std::make_shared<io::TlsSessionSlot>();

@@ -331,7 +331,7 @@ class DnsRefreshTest(unittest.TestCase):
             f.write("".join(line + "\n" for line in lines))
         os.replace(tmp, self.hosts)  # a new file, which nss_wrapper reads again
 
-    def gateway(self, port):
+    def gateway(self, port, refresh="100ms", wait_ready=True):
         env = {"LD_PRELOAD": "libnss_wrapper.so", "NSS_WRAPPER_HOSTS": self.hosts,
                # For the sanitizer build: its runtime must otherwise come first in the
                # library list, and it refuses the RTLD_DEEPBIND with which nss_wrapper
@@ -339,9 +339,9 @@ class DnsRefreshTest(unittest.TestCase):
                "ASAN_OPTIONS": (os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0").lstrip(":"),
                "NSS_WRAPPER_DISABLE_DEEPBIND": "1"}
         return Stealgate(config(
-            clusters=f"  - name: app\n    endpoints: [backend.test:{port}]\n    dns_refresh: 100ms\n"
+            clusters=f"  - name: app\n    endpoints: [backend.test:{port}]\n    dns_refresh: {refresh}\n"
                      "    outlier_detection: { consecutive_failures: 0 }\n",
-            routes="  - name: app\n    match: { path_prefix: / }\n    cluster: app\n"), env=env)
+            routes="  - name: app\n    match: { path_prefix: / }\n    cluster: app\n"), env=env, wait_ready=wait_ready)
 
     def test_an_endpoint_follows_its_name_to_a_new_address_and_only_then(self):
         a = Upstream("a", host="127.0.0.2")
@@ -353,7 +353,7 @@ class DnsRefreshTest(unittest.TestCase):
             # Another address first in the answer, the current one still in it: it stays
             # (a resolver that rotates its answers does not churn pools and health state).
             self.set_hosts("127.0.0.3 backend.test", "127.0.0.2 backend.test")
-            time.sleep(2.5)  # two rounds of the refresh thread (one a second)
+            time.sleep(1)  # ten lookups
             self.assertEqual(upstream_of(sg.port), (200, "a"))
             # The current address gone from the answer: the endpoint moves, and says so.
             self.set_hosts("127.0.0.3 backend.test")
@@ -374,6 +374,54 @@ class DnsRefreshTest(unittest.TestCase):
             self.assertEqual(sg.metric("stealgate_upstream_dns_moves_total", cluster="app"), 1)
         finally:
             sg.stop(), a.stop(), b.stop()
+
+    def test_a_name_not_in_dns_at_start_takes_requests_once_it_resolves(self):
+        """nginx refuses to start on an upstream name it cannot resolve (a service that starts
+        after the gateway, a DNS blip at a restart); stealgate starts and waits for it."""
+        a = Upstream("a", host="127.0.0.2")
+        self.set_hosts("127.0.0.9 other.test")
+        sg = self.gateway(a.port)
+        try:
+            sg.wait_log(rf"cluster app: endpoint backend\.test:{a.port}: cannot resolve \"backend\.test\".*"
+                        r"it takes no requests until the name resolves \(looked up again every 100ms\)")
+            self.assertEqual(upstream_of(sg.port)[0], 503)
+            self.assertEqual(sg.metric("stealgate_upstream_endpoint_healthy", cluster="app",
+                                       endpoint=f"backend.test:{a.port}"), 0)
+            # Looked up again, and counted as failing (StealgateDnsLookupsFailing's series).
+            sg.wait_for(lambda: sg.metric("stealgate_upstream_dns_lookups_total", cluster="app", result="failed") >= 1,
+                        5 * TIMEOUT_SCALE, "no failed lookup counted")
+            self.set_hosts("127.0.0.2 backend.test")
+            sg.wait_log(rf"cluster app: endpoint backend\.test:{a.port} resolves to 127\.0\.0\.2: it takes requests",
+                        timeout=5 * TIMEOUT_SCALE)
+            self.assertEqual(upstream_of(sg.port), (200, "a"))
+            self.assertEqual(sg.metric("stealgate_upstream_endpoint_healthy", cluster="app",
+                                       endpoint=f"backend.test:{a.port}"), 1)
+            self.assertEqual(sg.metric("stealgate_upstream_dns_moves_total", cluster="app"), 1)
+        finally:
+            sg.stop(), a.stop()
+
+    def test_with_dns_refresh_off_a_name_must_resolve_at_start(self):
+        self.set_hosts("127.0.0.9 other.test")
+        sg = self.gateway(8080, refresh="0s", wait_ready=False)
+        self.assertNotEqual(sg.proc.wait(20), 0)
+        sg.reader.join(5)  # all of its output, before looking for the line
+        sg.wait_log(r'startup failed: cluster "app" endpoint backend\.test:8080: cannot resolve "backend\.test".*'
+                    r"\(with dns_refresh: 0 a name must resolve at load\)")
+        sg.stop(expect_rc=None)
+
+    def test_a_reload_while_a_name_does_not_resolve_keeps_its_address(self):
+        a = Upstream("a", host="127.0.0.2")
+        self.set_hosts("127.0.0.2 backend.test")
+        sg = self.gateway(a.port, refresh="0s")
+        try:
+            self.assertEqual(upstream_of(sg.port), (200, "a"))
+            self.set_hosts("127.0.0.9 other.test")
+            self.assertTrue(sg.reload(), "a reload is not refused for a lookup that failed")
+            sg.wait_log(rf"cluster app: endpoint backend\.test:{a.port}: cannot resolve \"backend\.test\".*"
+                        r"it keeps 127\.0\.0\.2")
+            self.assertEqual(upstream_of(sg.port), (200, "a"))
+        finally:
+            sg.stop(), a.stop()
 
 
 class RetryTest(unittest.TestCase):
