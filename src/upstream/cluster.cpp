@@ -102,7 +102,8 @@ Result<std::shared_ptr<Endpoint>> build_endpoint(const config::ClusterSection& c
   // A name with several addresses keeps the one it has while the answer still holds it.
   auto addr = resolve(e.address, error, had_address ? &before->address() : nullptr);
   if (!addr.ok() && had_address) {
-    SG_LOG_WARN("cluster {}: endpoint {}: {}; it keeps {}", cfg.name, e.address.text(), error, ip_text(before->address()));
+    SG_LOG_WARN("cluster {}: endpoint {}: {}; it keeps {}", cfg.name, e.address.text(), error,
+                ip_text(before->address()));
     addr = before->address();
   } else if (!addr.ok()) {
     const char* why = cfg.dns_refresh.count() == 0       ? " (with dns_refresh: 0 a name must resolve at load)"
@@ -123,7 +124,8 @@ Result<std::shared_ptr<Endpoint>> build_endpoint(const config::ClusterSection& c
       SG_LOG_WARN("cluster {}: endpoint {} now resolves to {} (was {}): a new pool and health state", cfg.name,
                   e.address.text(), ip_text(*addr), ip_text(before->address()));
     } else {
-      SG_LOG_INFO("cluster {}: endpoint {} resolves to {}: it takes requests", cfg.name, e.address.text(), ip_text(*addr));
+      SG_LOG_INFO("cluster {}: endpoint {} resolves to {}: it takes requests", cfg.name, e.address.text(),
+                  ip_text(*addr));
     }
   }
   if (had_address && same_settings && before->address() == *addr) return before;

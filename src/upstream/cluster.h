@@ -88,8 +88,7 @@ class Cluster {
 
   // Looks the endpoints' names up again (blocking getaddrinfo: off the workers): true when
   // one's address is gone from the answer, or an unresolved one resolves, so a new build()
-  // would move it. A failed lookup
-  // is logged and counts as no change.
+  // would move it. A failed lookup is logged and counts as no change.
   bool resolves_elsewhere() const;
   // Whether an endpoint is named by a host name rather than an IP literal.
   bool has_names() const { return has_names_; }

@@ -78,7 +78,8 @@ void HealthChecker::start(const std::vector<std::shared_ptr<Cluster>>& clusters)
     }
     for (const auto& e : c->endpoints()) {
       if (!e->resolved()) continue;  // nothing to check until its name resolves (a new endpoint then)
-      next.push_back(rt_.spawn(check_loop(rt_.context(), c, e), {exec::TaskKind::kHealthCheck, c->name() + " " + e->name()}));
+      next.push_back(
+          rt_.spawn(check_loop(rt_.context(), c, e), {exec::TaskKind::kHealthCheck, c->name() + " " + e->name()}));
     }
   }
   std::vector<exec::JoinHandle<void>> old;

@@ -184,7 +184,8 @@ class ReloadTest(unittest.TestCase):
         # A new endpoint whose name does not resolve is refused at a reload (likely a typo, and
         # the previous configuration can go on serving); the start would wait for it instead.
         self.assertFalse(self.sg.reload(self.cfg().replace(self.up.address, "no-such-host.invalid:80")))
-        self.sg.wait_log(r'endpoint no-such-host\.invalid:80: cannot resolve .*\(a new endpoint\'s name must resolve at a reload\)')
+        self.sg.wait_log(r"endpoint no-such-host\.invalid:80: cannot resolve .*"
+                         r"\(a new endpoint's name must resolve at a reload\)")
         self.assertEqual(request_once(self.sg.port, "GET", "/x")[0], 200)
         self.assertEqual(self.sg.metric("stealgate_config_reloads_total", result="failure"), 2)
         # A good file clears it.
