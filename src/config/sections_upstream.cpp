@@ -167,8 +167,9 @@ const Table<ClusterSection>& cluster_table() {
                    "how often endpoint names are resolved again (IP literals never are). An endpoint whose "
                    "address is no longer in the answer moves to the first address in it, with a new pool and "
                    "health state, and a log line; the others keep theirs, and a failed lookup keeps the "
-                   "address. A name that does not resolve at the start does not stop it: its endpoint takes "
-                   "no requests until a lookup resolves it (a reload that brings a new name that does not "
+                   "address (logged when the failures start, counted at each). A name that does not resolve "
+                   "at the start does not stop it: its endpoint takes no requests until a lookup resolves "
+                   "it, looked up every second meanwhile (a reload that brings a new name that does not "
                    "resolve is refused). `0`: resolve at load and reload only, and every name must resolve "
                    "at the start"),
        F::number("max_concurrent_requests", &C::max_concurrent_requests, 0, 100'000'000,

@@ -18,14 +18,6 @@
 
 namespace sg::proxy {
 
-namespace {
-
-// The shortest time between two lookups of a cluster's names, whatever dns_refresh says
-// (the thread sleeps until the next cluster is due).
-constexpr std::chrono::milliseconds kDnsMinInterval{100};
-
-}  // namespace
-
 void Gateway::dns_refresh_loop(std::stop_token stop) {
   // An idle gateway with no names to look up sleeps until a reload brings some.
   auto next = refresh_dns();  // (schedules the first lookups: the start just made them)
@@ -67,9 +59,8 @@ std::chrono::steady_clock::time_point Gateway::refresh_dns() {
   const auto now = std::chrono::steady_clock::now();
   std::vector<std::string> moved;
   for (const auto& c : old->clusters) {
-    const config::Duration every = c->config().dns_refresh;
-    if (every.count() == 0 || !c->has_names()) continue;
-    const auto interval = std::max<std::chrono::steady_clock::duration>(every, kDnsMinInterval);
+    if (c->config().dns_refresh.count() == 0 || !c->has_names()) continue;
+    const auto interval = c->next_lookup_in();
     // A cluster seen for the first time was resolved just now, by the start or a reload.
     auto [it, first] = dns_due_.try_emplace(c->name(), now + interval);
     if (!first && now >= it->second) {

@@ -193,9 +193,11 @@ class Gateway {
 
   // Endpoint names are looked up again every clusters[].dns_refresh (proxy/dns_refresh.cpp)
   // on a control-path thread of their own, since lookups block; it sleeps until the next
-  // cluster is due (or a reload). One round (refresh_dns): every cluster that is due and has
-  // an endpoint whose address left the answer is rebuilt (Cluster::build moves only those
-  // endpoints) into a new snapshot, as a reload would, without reading the file again.
+  // cluster is due (or a reload; Cluster::next_lookup_in: every second while a name has not
+  // resolved yet). One round (refresh_dns): every cluster that is due and has an endpoint
+  // whose address left the answer, or whose name resolved at last, is rebuilt
+  // (Cluster::build moves only those endpoints) into a new snapshot, as a reload would,
+  // without reading the file again.
   void dns_refresh_loop(std::stop_token stop);
   std::chrono::steady_clock::time_point refresh_dns();  // -> when the next cluster is due
   void wake_dns_refresh();                               // a new snapshot: maybe new names

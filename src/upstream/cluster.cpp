@@ -86,6 +86,13 @@ namespace {
 
 std::string ip_text(const io::tcp::endpoint& ep) { return ep.address().to_string(); }
 
+constexpr std::chrono::milliseconds kMinLookupInterval{100};
+constexpr std::chrono::milliseconds kUnresolvedRetry{1000};
+
+std::chrono::milliseconds unresolved_retry(const config::ClusterSection& cfg) {
+  return std::clamp<std::chrono::milliseconds>(cfg.dns_refresh, kMinLookupInterval, kUnresolvedRetry);
+}
+
 // The previous snapshot's endpoint of this name where it can go on (same address, weight
 // and pool settings), else a new one. A name that does not resolve keeps the address it
 // had. One that never resolved waits, unresolved and taking no requests, for the next
@@ -104,6 +111,7 @@ Result<std::shared_ptr<Endpoint>> build_endpoint(const config::ClusterSection& c
   if (!addr.ok() && had_address) {
     SG_LOG_WARN("cluster {}: endpoint {}: {}; it keeps {}", cfg.name, e.address.text(), error,
                 ip_text(before->address()));
+    before->lookup_failing.store(true, std::memory_order_relaxed);
     addr = before->address();
   } else if (!addr.ok()) {
     const char* why = cfg.dns_refresh.count() == 0       ? " (with dns_refresh: 0 a name must resolve at load)"
@@ -114,7 +122,7 @@ Result<std::shared_ptr<Endpoint>> build_endpoint(const config::ClusterSection& c
       return addr.error();
     }
     SG_LOG_WARN("cluster {}: endpoint {}: {}; it takes no requests until the name resolves (looked up again every {})",
-                cfg.name, e.address.text(), error, config::detail::format_duration(cfg.dns_refresh));
+                cfg.name, e.address.text(), error, config::detail::format_duration(unresolved_retry(cfg)));
     if (before != nullptr && same_settings) return before;
     return Endpoint::unresolved(e.address.text(), e.address.host, e.address.port, e.weight, pool);
   }
@@ -238,14 +246,26 @@ bool Cluster::resolves_elsewhere() const {
     std::string error;
     auto all = resolve_all(a, error);
     (all.ok() ? stats_->dns_lookups_ok : stats_->dns_lookups_failed).fetch_add(1, std::memory_order_relaxed);
+    // Failures are logged when they start, not at each lookup (every second while a name
+    // has not resolved yet); the counter has each.
     if (!all.ok()) {
-      SG_LOG_WARN("cluster {}: endpoint {}: {}; {}", cfg_.name, e->name(), error,
-                  e->resolved() ? "it keeps " + ip_text(e->address()) : std::string("it takes no requests yet"));
+      if (!e->lookup_failing.exchange(true, std::memory_order_relaxed)) {
+        SG_LOG_WARN("cluster {}: endpoint {}: {}; {}", cfg_.name, e->name(), error,
+                    e->resolved() ? "it keeps " + ip_text(e->address()) : std::string("it takes no requests yet"));
+      }
       continue;
+    }
+    if (e->lookup_failing.exchange(false, std::memory_order_relaxed) && e->resolved()) {
+      SG_LOG_INFO("cluster {}: endpoint {}: its name resolves again", cfg_.name, e->name());
     }
     if (!e->resolved() || std::find(all->begin(), all->end(), e->address()) == all->end()) return true;
   }
   return false;
+}
+
+std::chrono::milliseconds Cluster::next_lookup_in() const {
+  const bool waiting = std::any_of(endpoints_.begin(), endpoints_.end(), [](const auto& e) { return !e->resolved(); });
+  return waiting ? unresolved_retry(cfg_) : std::max(cfg_.dns_refresh, kMinLookupInterval);
 }
 
 std::size_t Cluster::healthy_count() const {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -92,6 +93,11 @@ class Cluster {
   bool resolves_elsewhere() const;
   // Whether an endpoint is named by a host name rather than an IP literal.
   bool has_names() const { return has_names_; }
+  // How long until the names are looked up again: dns_refresh (at least 100 ms), and at
+  // most a second while an endpoint's name has not resolved yet (HAProxy retries a failed
+  // resolution after its `timeout retry`, 1 s), so that an upstream service that starts
+  // after the gateway gets requests within a second of its name appearing.
+  std::chrono::milliseconds next_lookup_in() const;
 
  private:
   Cluster(config::ClusterSection cfg, std::vector<std::shared_ptr<Endpoint>> eps,

@@ -41,6 +41,7 @@ class Endpoint {
                                               PoolOptions pool) {
     auto e = std::make_shared<Endpoint>(std::move(name), std::move(host), io::tcp::endpoint({}, port), weight, pool);
     e->resolved_ = false;
+    e->lookup_failing.store(true, std::memory_order_relaxed);  // (the build that made it said so)
     return e;
   }
 
@@ -68,6 +69,9 @@ class Endpoint {
   // base time served since the last (Cluster::eject, under the ejecting cluster's lock; a
   // reload's two snapshots have a lock each, and either may eject meanwhile).
   std::atomic<uint32_t> ejection_multiplier{0};
+  // Its name's last lookup failed (clusters[].dns_refresh): said once in the log when the
+  // lookups start failing, not at each one.
+  std::atomic<bool> lookup_failing{false};
 
   bool ejected(int64_t now_ms) const { return ejected_until_ms.load(std::memory_order_relaxed) > now_ms; }
   bool available(int64_t now_ms) const {
