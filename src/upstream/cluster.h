@@ -4,8 +4,8 @@
 #pragma once
 
 #include <array>
-#include <chrono>
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
