@@ -330,11 +330,12 @@ int Parser::finish_response_head() {
     // Transfer-Encoding as a body until close (a 101 that switches still switches: llhttp
     // checks the upgrade before F_SKIPBODY).
     parser_.flags |= F_SKIPBODY;
+  } else if (const std::string* te = r.headers.get("transfer-encoding"); te && !iequals(trim_ows(*te), "chunked")) {
+    // Transfer-Encoding is hop-by-hop and we re-frame the body: relaying any other coding
+    // would hand the client coded bytes without the coding's name (nginx refuses it too).
+    return fail(502, "upstream transfer coding not supported: " + std::string(trim_ows(*te)));
   } else if (parser_.flags & F_CHUNKED) {
     r.body = BodyKind::kChunked;
-  } else if (r.headers.contains("transfer-encoding")) {
-    // A coding other than chunked: the body runs until close; we relay it as received.
-    r.body = BodyKind::kUntilClose;
   } else if (parser_.flags & F_CONTENT_LENGTH) {
     r.body = r.content_length > 0 ? BodyKind::kContentLength : BodyKind::kNone;
   } else {

@@ -362,6 +362,12 @@ class UpstreamFaultTest(unittest.TestCase):
     def test_conflicting_content_length_is_502(self):
         self.assertEqual(request_once(self.sg.port, "GET", "/conflicting-cl")[0], 502)
 
+    def test_a_transfer_coding_other_than_chunked_is_502(self):
+        # Re-framed as chunked, the gzip-coded bytes would reach the client without the coding's name.
+        status, _, body = request_once(self.sg.port, "GET", "/gzip-coded")
+        self.assertEqual(status, 502)
+        self.assertNotIn(b"coded bytes", body)
+
     def test_slow_upstream_is_504(self):
         t0 = time.time()
         self.assertEqual(request_once(self.sg.port, "GET", "/slow?ms=10000")[0], 504)

@@ -162,6 +162,10 @@ def handle(conn, req, conn_id):
     if path == "/conflicting-cl":
         s.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!")
         return False
+    if path == "/gzip-coded":
+        # A transfer coding other than chunked; the body would run until close.
+        s.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n\x1f\x8b coded bytes")
+        return False
     if path == "/reset-mid-body":
         # Announces n bytes (100 by default), sends a tenth of them, then resets.
         n = int(params.get("n", "100"))

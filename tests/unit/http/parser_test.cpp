@@ -281,6 +281,14 @@ TEST(ResponseParser, MalformedUpstreamResponsesAre502) {
   EXPECT_EQ(parse_response("HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab").status, 502);
   EXPECT_EQ(parse_response("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n").status, 502);
   EXPECT_EQ(parse_response("garbage\r\n\r\n").status, 502);
+  // A coding other than chunked would reach the client without its name (we re-frame).
+  for (const char* te : {"gzip", "gzip, chunked", "chunked, gzip", "chunked, chunked"}) {
+    EXPECT_EQ(parse_response(std::string("HTTP/1.1 200 OK\r\nTransfer-Encoding: ") + te + "\r\n\r\n0\r\n\r\n").status,
+              502)
+        << te;
+  }
+  EXPECT_EQ(parse_response("HTTP/1.1 200 OK\r\nTransfer-Encoding: Chunked \r\n\r\n2\r\nok\r\n0\r\n\r\n").body, "ok");
+  EXPECT_EQ(parse_response("HTTP/1.1 304 Not Modified\r\nTransfer-Encoding: gzip\r\n\r\n").messages, 1);
   EXPECT_EQ(parse_response("HTTP/1.1 200 OK\r\nX: a\r\n b\r\n\r\n").status, 502);
   Parsed truncated = parse_response("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc", false, true);
   EXPECT_EQ(truncated.last, ParseEvent::kError);
