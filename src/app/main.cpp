@@ -301,20 +301,21 @@ class Daemon {
 };
 
 int run(const app::Options& opts, const std::vector<std::string>& argv, bool openssl_hooks) {
+  // First, before any thread exists (the log backend is the first): every thread inherits
+  // this mask, so these signals are only ever taken by sigwait, never delivered with the
+  // default (terminate) disposition. Blocked from here, one that arrives while the process
+  // starts (logrotate's SIGUSR1, a SIGHUP) waits and is handled once it serves.
+  sigset_t set;
+  sigemptyset(&set);
+  for (int s : {SIGHUP, SIGTERM, SIGINT, SIGUSR1, SIGUSR2}) sigaddset(&set, s);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
   config::LoadResult loaded = config::load_file(opts.config_path);
   if (!loaded.ok()) {
     std::cerr << loaded.error_text();
     std::cerr << "stealgate: configuration " << opts.config_path << " is invalid; not starting\n";
     return 1;
   }
-  // Before any thread exists (the log backend is the first): every thread inherits this
-  // mask, so these signals are only ever taken by sigwait, never delivered to a thread
-  // with the default (terminate) disposition.
-  sigset_t set;
-  sigemptyset(&set);
-  for (int s : {SIGHUP, SIGTERM, SIGINT, SIGUSR1, SIGUSR2}) sigaddset(&set, s);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  signal(SIGPIPE, SIG_IGN);
   log::setup(log_options(loaded.config->logging));
   if (!openssl_hooks) {
     SG_LOG_WARN("OpenSSL allocated before its memory hooks were installed: TLS record buffers are not recycled");

@@ -171,14 +171,19 @@ def _place_fds(fds):
 class Stealgate:
     """The real stealgate binary with a YAML config written to a temp file."""
 
-    def __init__(self, config_yaml, env=None, wait_ready=True, inherit=None, binary=None, wrapper=None):
+    def __init__(self, config_yaml, env=None, wait_ready=True, inherit=None, binary=None, wrapper=None,
+                 config_fifo=False):
         """`inherit`: [(name, socket)] handed over as systemd does (LISTEN_FDS protocol:
         descriptors 3, 4, ... named by LISTEN_FDNAMES, LISTEN_PID the daemon's own pid).
         `env`: variables to set (a value of None removes one). `wrapper`: a command the
-        binary runs under (argv prefix)."""
+        binary runs under (argv prefix). `config_fifo`: the config path is a FIFO, so each
+        read of it waits until the test calls write_config (config_yaml is not written)."""
         self.dir = temp_dir()
         self.config_path = os.path.join(self.dir, "stealgate.yaml")
-        self.write_config(config_yaml)
+        if config_fifo:
+            os.mkfifo(self.config_path)
+        else:
+            self.write_config(config_yaml)
         self.log_lines = []
         self.log_lock = threading.Lock()
         self.ports = {}
@@ -203,8 +208,11 @@ class Stealgate:
         self.reader = threading.Thread(target=self._read_log, daemon=True)
         self.reader.start()
         if wait_ready:
-            self.wait_for(lambda: self.admin_port is not None and self.ports, 10, "stealgate did not start")
-            self.wait_for(lambda: self.admin_get("/ready")[0] == 200, 10, "stealgate not ready")
+            self.wait_ready()
+
+    def wait_ready(self):
+        self.wait_for(lambda: self.admin_port is not None and self.ports, 10, "stealgate did not start")
+        self.wait_for(lambda: self.admin_get("/ready")[0] == 200, 10, "stealgate not ready")
 
     def write_config(self, yaml_text):
         with open(self.config_path, "w") as f:

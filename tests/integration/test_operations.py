@@ -422,6 +422,51 @@ class DrainTest(unittest.TestCase):
         up.stop()
 
 
+class SignalsDuringStartTest(unittest.TestCase):
+    """The config path is a FIFO, so the process waits in its first read of the
+    configuration, the start's first step, for as long as the test needs."""
+
+    TEXT = config(routes="  - match: { path_prefix: / }\n    direct_response: { status: 200 }\n")
+
+    def start_blocked(self):
+        sg = Stealgate(self.TEXT, wait_ready=False, config_fifo=True)
+        wchan = f"/proc/{sg.proc.pid}/wchan"
+        sg.wait_for(lambda: open(wchan).read() == "wait_for_partner", 10, "never opened the config FIFO")
+        return sg
+
+    def feed_config(self, sg):
+        """Writes the configuration once; the write waits until the process opens the FIFO."""
+        writer = threading.Thread(target=sg.write_config, args=(self.TEXT,), daemon=True)
+        writer.start()
+        return writer
+
+    def test_a_reload_or_log_reopening_asked_for_while_it_starts_is_done_once_it_serves(self):
+        sg = self.start_blocked()
+        sg.proc.send_signal(signal.SIGHUP)
+        sg.proc.send_signal(signal.SIGUSR1)
+        time.sleep(0.2)
+        self.assertIsNone(sg.proc.poll(), "a SIGHUP or SIGUSR1 during the start ended the process")
+        self.feed_config(sg)
+        sg.wait_ready()
+        # The file may have changed after the start read it: the SIGHUP reads it again.
+        reload_read = self.feed_config(sg)
+        reload_read.join(10)
+        self.assertFalse(reload_read.is_alive(), "the SIGHUP that arrived during the start never reloaded")
+        sg.wait_log("configuration reloaded")
+        sg.wait_log("log files reopened")
+        self.assertEqual(request_once(sg.port, "GET", "/")[0], 200)
+        self.assertEqual(sg.stop(), 0)
+
+    def test_a_sigterm_while_it_starts_stops_it_cleanly(self):
+        sg = self.start_blocked()
+        sg.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.2)
+        self.feed_config(sg)
+        self.assertEqual(sg.proc.wait(10 * TIMEOUT_SCALE), 0)
+        sg.wait_log("received SIGTERM, draining")
+        sg.stop()
+
+
 class NotifyTest(unittest.TestCase):
     def test_sd_notify_messages(self):
         d = temp_dir()
