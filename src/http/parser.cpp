@@ -225,6 +225,9 @@ int Parser::read_request_authority() {
   // Request-target forms (RFC 9112 §3.2).
   std::string_view t = r.target;
   if (r.method == "CONNECT") return fail(501, "CONNECT is not supported");
+  // The grammar has no fragment, and upstream frameworks that cut one off (gunicorn, Node)
+  // would serve /admin for "/admin#x", past a route that matched it as another path.
+  if (t.find('#') != std::string_view::npos) return fail(400, "fragment in request-target");
   if (t == "*") {
     if (r.method != "OPTIONS") return fail(400, "asterisk-form target is only for OPTIONS");
     r.path = "*";

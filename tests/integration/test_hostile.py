@@ -20,6 +20,9 @@ DENY_ROUTES = """  - name: deny-internal
   - name: deny-legacy-admin
     match: { path_prefix: /Legacy/Admin, case_sensitive: false }
     direct_response: { status: 403, body: "denied" }
+  - name: deny-config
+    match: { path: /config }
+    direct_response: { status: 403, body: "denied" }
   - name: app
     match: { path_prefix: / }
     cluster: app
@@ -117,6 +120,17 @@ class DenyRouteSpellingsTest(AppCase):
         # Paths are case-sensitive unless the route says otherwise (RFC 3986 §6.2.2.1).
         self.assertEqual(get(self.sg.port, "/INTERNAL/x")[0], 200)
         self.assertEqual([e["target"] for e in self.up.log()], ["/INTERNAL/x"])
+
+    def test_a_fragment_never_reaches_the_upstream(self):
+        # Frameworks that cut a fragment off (gunicorn, Node) would serve /config for these,
+        # which an exact-path rule would otherwise see as other paths.
+        for target in ("/config#", "/config#x", "/config#/../x", "/config?q#x", "/x#/../config",
+                       "http://test.local/config#x"):
+            self.assertEqual(get(self.sg.port, target)[0], 400, target)
+        self.assert_upstream_saw_nothing("a target with a fragment")
+        # An encoded '#' is data: another path.
+        self.assertEqual(get(self.sg.port, "/config%23x")[0], 200)
+        self.assertEqual([e["target"] for e in self.up.log()], ["/config%23x"])
 
     def test_the_normalized_path_goes_upstream_with_the_query_untouched(self):
         status, _ = get(self.sg.port, "/api/../app//x/./%7Ey/%2e/z%3f?q=%2e%2e/../a//b")
