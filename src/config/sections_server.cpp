@@ -248,6 +248,11 @@ const Table<ListenerSection>& listener_table() {
                  "`reject` (400), `decode` (become `/`)"),
        F::choice("backslashes", [](auto& l) -> auto& { return l.path.backslashes; }, kSlashPolicies,
                  "a bare `\\` in the path: `keep` (an ordinary character), `reject` (400), `decode` (becomes `/`)"),
+       F::choice("path_parameters", [](auto& l) -> auto& { return l.path.path_parameters; },
+                 std::vector<std::pair<std::string, http::ParamPolicy>>{{"keep", http::ParamPolicy::kKeep},
+                                                                        {"reject", http::ParamPolicy::kReject}},
+                 "a bare `;` in the path: `keep` (an ordinary character, as RFC 3986 has it), `reject` (400: in front "
+                 "of servlet containers, which read `/admin;x` as `/admin`)"),
        F::optional_section("tls", &L::tls, listener_tls_table(), "terminate TLS on this listener (below)")
            .shown("absent (plain HTTP)")}};
   return t;

@@ -26,6 +26,7 @@ PathError decode(std::string_view in, std::string& out, const PathOptions& opt) 
   for (std::size_t i = 0; i < in.size(); ++i) {
     const char c = in[i];
     if (c == '\0') return PathError::kNul;
+    if (c == ';' && opt.path_parameters == ParamPolicy::kReject) return PathError::kPathParameters;
     if (c == '\\') {
       if (opt.backslashes == SlashPolicy::kReject) return PathError::kBackslash;
       out += opt.backslashes == SlashPolicy::kDecode ? '/' : '\\';
@@ -94,7 +95,7 @@ PathError remove_dot_segments(std::string_view in, std::string& out) {
 }
 
 // True when normalization cannot change `p` (most request paths): no percent-encoding, no
-// NUL, no backslash that the policy touches, no empty segment and no segment starting with
+// NUL, no backslash or ';' that the policy touches, no empty segment and no segment starting with
 // '.' (dot segments, with or without parameters, are among those). Such a path is left as it
 // is without the two copying passes.
 bool plainly_normal(std::string_view p, const PathOptions& opt) {
@@ -102,6 +103,7 @@ bool plainly_normal(std::string_view p, const PathOptions& opt) {
     const char c = p[i];
     if (c == '%' || c == '\0') return false;
     if (c == '\\' && opt.backslashes != SlashPolicy::kKeep) return false;
+    if (c == ';' && opt.path_parameters != ParamPolicy::kKeep) return false;
     if (c == '/' && i + 1 < p.size() && (p[i + 1] == '/' || p[i + 1] == '.')) return false;
   }
   return true;
@@ -119,6 +121,7 @@ std::string_view path_error_name(PathError e) {
     case PathError::kAboveRoot: return "above_root";
     case PathError::kNotNormal: return "not_normal";
     case PathError::kDotParameters: return "dot_parameters";
+    case PathError::kPathParameters: return "path_parameters";
   }
   return "unknown";
 }

@@ -9,7 +9,8 @@
 //      digits of every other percent-encoding; malformed encodings and an encoded NUL are
 //      refused;
 //   2. encoded slashes (%2F, %5C) and bare backslashes by the caller's policy: kept as
-//      ordinary characters (never separators), refused, or turned into "/";
+//      ordinary characters (never separators), refused, or turned into "/"; a ';' (path
+//      parameters) kept or refused;
 //   3. dot segments removed and empty segments ("//") merged; a ".." above the root is
 //      refused (it can only be an attempt to escape a prefix), and so is a dot segment
 //      with parameters ("/public/..;/internal"), which servlet containers resolve as "..".
@@ -35,10 +36,18 @@ enum class SlashPolicy : uint8_t {
   kDecode,  // become "/" (a separator)
 };
 
+// A ';' in a segment: RFC 3986 makes it ordinary segment text, but servlet containers
+// (Tomcat, Jetty) cut "/admin;x" to "/admin", past a route written for /admin.
+enum class ParamPolicy : uint8_t {
+  kKeep,    // an ordinary character
+  kReject,  // 400
+};
+
 struct PathOptions {
   PathPolicy policy = PathPolicy::kNormalize;
   SlashPolicy escaped_slashes = SlashPolicy::kKeep;  // %2F and %5C
   SlashPolicy backslashes = SlashPolicy::kKeep;      // a bare '\'
+  ParamPolicy path_parameters = ParamPolicy::kKeep;  // a bare ';' (an encoded one is data)
 };
 
 enum class PathError : uint8_t {
@@ -51,8 +60,9 @@ enum class PathError : uint8_t {
   kNotNormal,          // PathPolicy::kReject and the path would change
   kDotParameters,      // "..;x" or ".;x": a dot segment with parameters, which Tomcat and
                        // other servlet containers resolve as ".." / "." (RFC 3986 does not)
+  kPathParameters,     // ';' under ParamPolicy::kReject
 };
-inline constexpr int kPathErrorCount = 8;
+inline constexpr int kPathErrorCount = 9;
 std::string_view path_error_name(PathError e);  // "malformed_encoding", ... (metric labels)
 
 struct PathResult {

@@ -47,6 +47,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   opt.policy = static_cast<PathPolicy>(data[0] % 2);  // normalize, reject (off does nothing)
   opt.escaped_slashes = static_cast<SlashPolicy>((data[0] >> 1) % 3);
   opt.backslashes = static_cast<SlashPolicy>((data[0] >> 3) % 3);
+  opt.path_parameters = static_cast<ParamPolicy>((data[0] >> 5) % 2);
   const std::string in = "/" + std::string(reinterpret_cast<const char*>(data + 1), size - 1);
   std::string p = in;
   PathResult r = normalize_path(p, opt);
@@ -60,6 +61,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   FUZZ_CHECK(r.changed == (p != in));
   if (opt.policy == PathPolicy::kReject) FUZZ_CHECK(!r.changed);
   if (opt.backslashes != SlashPolicy::kKeep) FUZZ_CHECK(p.find('\\') == std::string::npos);
+  if (opt.path_parameters == ParamPolicy::kReject) FUZZ_CHECK(p.find(';') == std::string::npos);
   std::string again = p;
   PathResult r2 = normalize_path(again, opt);
   FUZZ_CHECK(r2.error == PathError::kNone);

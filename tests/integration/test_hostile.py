@@ -172,6 +172,7 @@ class PathPolicyTest(AppCase):
             ("slash-reject", "    escaped_slashes: reject\n    backslashes: reject\n"),
             ("slash-decode", "    escaped_slashes: decode\n    backslashes: decode\n"),
             ("off", "    path_normalization: off\n"),
+            ("params-reject", "    path_parameters: reject\n"),
         ))
 
     def status(self, listener, target):
@@ -195,6 +196,22 @@ class PathPolicyTest(AppCase):
             self.assertEqual(self.status("slash-decode", target), 403, target)
         self.assertEqual(self.status("slash-decode", "/a%2Fb\\c"), 200)
         self.assertEqual([e["target"] for e in self.up.log()], ["/a/b/c"])
+
+    def test_path_parameters_rejected_in_front_of_a_servlet_container(self):
+        # Tomcat and Jetty read each of these as /config or /internal/...: refused, counted.
+        before = self.sg.metric("stealgate_http_paths_rejected_total", listener="params-reject",
+                                reason="path_parameters")
+        targets = ("/config;x", "/config;jsessionid=1", "/internal;x/secret", "/in;x/config", "/a;/b")
+        for target in targets:
+            self.assertEqual(self.status("params-reject", target), 400, target)
+        self.assertEqual(self.up.log(), [])
+        self.assertEqual(self.sg.metric("stealgate_http_paths_rejected_total", listener="params-reject",
+                                        reason="path_parameters"), before + len(targets))
+        # An encoded ';' is data to them as well; by default (the other listeners) a ';' is
+        # an ordinary character.
+        self.assertEqual(self.status("params-reject", "/config%3Bx"), 200)
+        self.assertEqual(self.status("slash-reject", "/config;x"), 200)
+        self.assertEqual([e["target"] for e in self.up.log()], ["/config%3Bx", "/config;x"])
 
     def test_off_routes_on_the_path_as_received(self):
         # Documented as unsafe behind access rules: this is exactly the bypass it allows.

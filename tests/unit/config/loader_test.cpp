@@ -208,6 +208,7 @@ TEST(ConfigLoader, PathPolicyAndUpgradesAreReadAndPrinted) {
     path_normalization: reject
     escaped_slashes: decode
     backslashes: reject
+    path_parameters: reject
 clusters:
   - name: api
     endpoints: [127.0.0.1:9000]
@@ -224,6 +225,7 @@ routes:
   EXPECT_EQ(c.listeners[0].path.policy, http::PathPolicy::kReject);
   EXPECT_EQ(c.listeners[0].path.escaped_slashes, http::SlashPolicy::kDecode);
   EXPECT_EQ(c.listeners[0].path.backslashes, http::SlashPolicy::kReject);
+  EXPECT_EQ(c.listeners[0].path.path_parameters, http::ParamPolicy::kReject);
   EXPECT_EQ(c.routes[0].upgrades, (std::vector<std::string>{"websocket", "h2c"}));
   EXPECT_EQ(c.routes[1].upgrades, (std::vector<std::string>{"websocket"}));  // the default
   std::string printed = to_yaml(c);
@@ -233,6 +235,7 @@ routes:
   LoadResult again = load_string(printed, "printed.yaml");
   ASSERT_TRUE(again.ok()) << again.error_text();
   EXPECT_EQ(again.config->listeners[0].path.backslashes, http::SlashPolicy::kReject);
+  EXPECT_EQ(again.config->listeners[0].path.path_parameters, http::ParamPolicy::kReject);
 }
 
 TEST(ConfigLoader, DefaultsForPathsAndLimitsAreNginxWide) {
@@ -242,6 +245,7 @@ TEST(ConfigLoader, DefaultsForPathsAndLimitsAreNginxWide) {
   EXPECT_EQ(l.path.policy, http::PathPolicy::kNormalize);
   EXPECT_EQ(l.path.escaped_slashes, http::SlashPolicy::kKeep);
   EXPECT_EQ(l.path.backslashes, http::SlashPolicy::kKeep);
+  EXPECT_EQ(l.path.path_parameters, http::ParamPolicy::kKeep);
   EXPECT_GE(l.max_target_bytes, 8u * 1024 + 64);
   EXPECT_GE(l.max_headers, 200u);
 }

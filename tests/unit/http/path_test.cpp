@@ -141,6 +141,16 @@ TEST(PathTest, BackslashPolicy) {
   expect_path("/public\\..\\internal", "/internal", decode);
 }
 
+TEST(PathTest, PathParameterPolicy) {
+  expect_path("/a;x/b", "/a;x/b");  // keep (default): RFC 3986 segment text
+  PathOptions reject;
+  reject.path_parameters = ParamPolicy::kReject;
+  expect_error("/admin;x", PathError::kPathParameters, reject);
+  expect_error("/a;/b", PathError::kPathParameters, reject);
+  expect_path("/a%3Bx", "/a%3Bx", reject);  // an encoded ';' is data
+  expect_path("/a/b", "/a/b", reject);
+}
+
 TEST(PathTest, RejectPolicyRefusesWhatNormalizeWouldChange) {
   PathOptions r;
   r.policy = PathPolicy::kReject;
