@@ -33,7 +33,10 @@ std::shared_ptr<spdlog::logger> access();  // null when the access log is off
 bool access_json();
 uint64_t dropped_lines();
 
-// A JSON string literal with escaping.
+// A JSON string literal with escaping. Always valid UTF-8 (RFC 8259 §8.1), whatever the
+// bytes: a client can put obs-text in a header value that a note quotes, and a line that
+// is not UTF-8 is dropped by log shippers, the attempt's trace with it. Each byte that does
+// not begin a well-formed sequence becomes U+FFFD.
 std::string json_quote(std::string_view s);
 
 }  // namespace sg::log

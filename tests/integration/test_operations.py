@@ -544,6 +544,19 @@ class AccessLogTest(unittest.TestCase):
             time.sleep(0.05)
         with open(log) as f:
             self.assertEqual(json.loads(f.readline())["target"], "/second")
+        # A note that quotes a client's bytes is still UTF-8 (a log shipper drops a line
+        # that is not, and the attempt's trace with it).
+        c = Client(sg.port)
+        c.send(b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gz\xffip, chunked\r\n\r\n0\r\n\r\n")
+        self.assertEqual(c.read_response().status, 501)
+        c.close()
+        refused = []
+        deadline = time.time() + 5
+        while time.time() < deadline and not refused:
+            with open(log, "rb") as f:
+                refused = [json.loads(l.decode("utf-8")) for l in f if b'"status":501' in l]
+            time.sleep(0.05)
+        self.assertEqual([e["note"] for e in refused], ["transfer coding not implemented: gz\ufffdip, chunked"])
         # The event log is JSON too.
         events = [l for l in sg.logs() if l.startswith("{")]
         self.assertTrue(events)
