@@ -179,6 +179,31 @@ std::size_t utf8_sequence(std::string_view s, std::size_t i) {
 
 }  // namespace
 
+std::string_view text_safe(std::string_view s, std::string& scratch, bool in_quotes) {
+  const auto plain = [&](unsigned char c) {
+    return (c > 0x20 && c < 0x7f && c != '"' && c != '\\') || (c == ' ' && in_quotes);
+  };
+  std::size_t i = 0;
+  while (i < s.size() && plain(static_cast<unsigned char>(s[i]))) ++i;
+  if (i == s.size()) return s;
+  scratch.assign(s.substr(0, i));
+  for (; i < s.size(); ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (plain(c)) {
+      scratch += static_cast<char>(c);
+    } else if (c == '"' || c == '\\') {
+      scratch += '\\';
+      scratch += static_cast<char>(c);
+    } else {
+      static constexpr char kHex[] = "0123456789ABCDEF";
+      scratch += "\\x";
+      scratch += kHex[c >> 4];
+      scratch += kHex[c & 0xF];
+    }
+  }
+  return scratch;
+}
+
 std::string json_quote(std::string_view s) {
   std::string out;
   out.reserve(s.size() + 2);

@@ -39,6 +39,14 @@ uint64_t dropped_lines();
 // not begin a well-formed sequence becomes U+FFFD.
 std::string json_quote(std::string_view s);
 
+// For a field a text log line shows in double quotes (a request-target, a note that may
+// quote a client's bytes): `s` itself when it holds nothing to escape, else an escaped copy
+// in `scratch` (as nginx's log: '"' and '\' get a backslash; control bytes, DEL and bytes
+// of 0x80 and above are written \xHH), so no value can end its quotes and forge fields.
+// `in_quotes` false: a field shown without quotes (a TLS server name), whose spaces are
+// escaped too.
+std::string_view text_safe(std::string_view s, std::string& scratch, bool in_quotes = true);
+
 }  // namespace sg::log
 
 #define SG_LOG_INFO(...) ::sg::log::events()->info(__VA_ARGS__)

@@ -16,9 +16,11 @@ std::string tls_json(const io::TlsSummary& t) {
 }
 
 std::string tls_text(const io::TlsSummary& t) {
-  std::string out = " tls=" + std::string(t.version) + " sni=" + (t.sni.empty() ? "-" : t.sni) +
+  std::string scratch;
+  std::string out = " tls=" + std::string(t.version) +
+                    " sni=" + (t.sni.empty() ? "-" : std::string(log::text_safe(t.sni, scratch, false))) +
                     (t.resumed ? " resumed" : "");
-  if (!t.peer_subject.empty()) out += " client=\"" + t.peer_subject + "\"";
+  if (!t.peer_subject.empty()) out += " client=\"" + std::string(log::text_safe(t.peer_subject, scratch)) + "\"";
   return out;
 }
 
@@ -36,11 +38,12 @@ void write_access_log(const RequestContext& c, const http::RequestHead& req, uin
         c.tls == nullptr ? std::string() : tls_json(*c.tls),
         c.note.empty() ? std::string() : ",\"note\":" + log::json_quote(c.note));
   } else {
-    logger->info("{} \"{} {} HTTP/1.{}\" {} {} route={} cluster={} endpoint={} {:.3f}ms attempts={} id={}{}{}{}",
-                 c.client, req.method, req.target, req.version_minor, c.status, c.bytes_out,
-                 c.route, c.cluster, c.endpoint, static_cast<double>(duration_us) / 1000.0, c.attempts, c.request_id.view(),
-                 c.tls == nullptr ? std::string() : tls_text(*c.tls),
-                 c.note.empty() ? "" : " note=\"", c.note.empty() ? "" : c.note + "\"");
+    std::string target_scratch, note_scratch;
+    logger->info("{} \"{} {} HTTP/1.{}\" {} {} route={} cluster={} endpoint={} {:.3f}ms attempts={} id={}{}{}{}{}",
+                 c.client, req.method, log::text_safe(req.target, target_scratch), req.version_minor, c.status,
+                 c.bytes_out, c.route, c.cluster, c.endpoint, static_cast<double>(duration_us) / 1000.0, c.attempts,
+                 c.request_id.view(), c.tls == nullptr ? std::string() : tls_text(*c.tls),
+                 c.note.empty() ? "" : " note=\"", log::text_safe(c.note, note_scratch), c.note.empty() ? "" : "\"");
   }
 }
 
@@ -50,7 +53,8 @@ void log_refused_request(std::string_view peer, int status, const std::string& n
   if (log::access_json()) {
     l->info(R"("client":{},"status":{},"note":{}}})", log::json_quote(peer), status, log::json_quote(note));
   } else {
-    l->info("{} \"-\" {} 0 note=\"{}\"", peer, status, note);
+    std::string scratch;
+    l->info("{} \"-\" {} 0 note=\"{}\"", peer, status, log::text_safe(note, scratch));
   }
 }
 

@@ -564,6 +564,19 @@ class AccessLogTest(unittest.TestCase):
         self.assertEqual(sg.stop(), 0)
 
 
+    def test_text_access_log_fields_cannot_be_forged(self):
+        sg = Stealgate(config(routes="  - match: { path_prefix: / }\n    direct_response: { status: 200 }\n"))
+        c = Client(sg.port)
+        c.send(b'GET /a"b\\ HTTP/1.1\r\nHost: h\r\n\r\n')
+        self.assertEqual(c.read_response().status, 200)
+        c.send(b'POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: x" route="admin \xff, chunked\r\n\r\n')
+        self.assertEqual(c.read_response().status, 501)
+        c.close()
+        sg.wait_log(r'"GET /a\\"b\\\\ HTTP/1\.1" 200 ')
+        sg.wait_log(r'note="transfer coding not implemented: x\\" route=\\"admin \\xFF, chunked"$')
+        self.assertEqual(sg.stop(), 0)
+
+
 class SystemdUnitTest(unittest.TestCase):
     def test_unit_passes_systemd_analyze_verify(self):
         tool = shutil.which("systemd-analyze")

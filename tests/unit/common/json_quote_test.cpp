@@ -1,4 +1,5 @@
 // json_quote: a JSON string literal that is valid UTF-8 whatever bytes it is given.
+// text_safe: a text log field that no bytes can break out of.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -34,6 +35,25 @@ TEST(JsonQuote, EachByteOfAMalformedSequenceIsAReplacementCharacter) {
   EXPECT_EQ(json_quote("\xf4\x90\x80\x80"), "\"" + r + r + r + r + "\"");  // above U+10FFFF
   EXPECT_EQ(json_quote("\xf5\x80"), "\"" + r + r + "\"");
   EXPECT_EQ(json_quote("\xe2\x82\"\xac"), "\"" + r + r + "\\\"" + r + "\"");  // broken by a quote
+}
+
+TEST(TextSafe, APlainValueIsItself) {
+  std::string scratch;
+  const std::string target = "/api/v1/items?q=a b";
+  std::string_view out = log::text_safe(target, scratch);
+  EXPECT_EQ(out, target);
+  EXPECT_EQ(out.data(), target.data());  // no copy
+}
+
+TEST(TextSafe, NoValueCanEndItsQuotes) {
+  std::string scratch;
+  EXPECT_EQ(text_safe("gzip, chunked\" route=\"admin", scratch), R"(gzip, chunked\" route=\"admin)");
+  EXPECT_EQ(text_safe("a\\b", scratch), R"(a\\b)");
+  EXPECT_EQ(text_safe("gz\xffip\x01\x7f", scratch), R"(gz\xFFip\x01\x7F)");
+  EXPECT_EQ(text_safe(std::string("a\nb\0", 4), scratch), R"(a\x0Ab\x00)");
+  // Unquoted (a TLS server name): a space would start another field.
+  EXPECT_EQ(text_safe("a.example route=x", scratch, false), R"(a.example\x20route=x)");
+  EXPECT_EQ(text_safe("a.example", scratch, false), "a.example");
 }
 
 }  // namespace
