@@ -12,7 +12,7 @@ set -euo pipefail
 
 packages=(
   meson ninja-build pkg-config g++ python3
-  libasio-dev node-llhttp libspdlog-dev libfmt-dev libyaml-cpp-dev prometheus-cpp-dev
+  libasio-dev node-llhttp libspdlog-dev libfmt-dev libyaml-cpp-dev libre2-dev prometheus-cpp-dev
   libsystemd-dev liburing-dev libssl-dev openssl libgtest-dev libgmock-dev libbenchmark-dev curl
 )
 if [[ "${1:-}" == --test || "${1:-}" == --package ]]; then

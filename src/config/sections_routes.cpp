@@ -1,5 +1,5 @@
 // Routes: what a request is matched on, and what is done with it.
-#include <regex>
+#include <re2/re2.h>
 
 #include "config/loader.h"
 #include "config/sections.h"
@@ -99,12 +99,10 @@ std::string normal_path(const std::string& v) {
 }
 
 std::string valid_regex(const std::string& v) {
-  try {
-    std::regex re(v, std::regex::ECMAScript);
-  } catch (const std::regex_error& e) {
-    return std::string("invalid regular expression: ") + e.what();
-  }
-  return "";
+  re2::RE2::Options opt;
+  opt.set_log_errors(false);
+  const re2::RE2 re(v, opt);
+  return re.ok() ? "" : "invalid regular expression (RE2 syntax): " + re.error();
 }
 
 std::string host_pattern(const std::string& h) {
@@ -133,7 +131,8 @@ const Table<RouteMatchSection>& match_table() {
        F::text("path", &M::path_exact, "this exact path (one of `path`, `path_prefix`, `path_regex`)", normal_path)
            .shown("any"),
        F::text("path_prefix", &M::path_prefix, "paths starting with this", normal_path).shown("any"),
-       F::text("path_regex", &M::path_regex, "ECMAScript regular expression over the whole path", valid_regex)
+       F::text("path_regex", &M::path_regex, "regular expression over the whole path, in RE2's syntax (Envoy's `safe_regex`, Go's `regexp`: no "
+               "backreferences or lookaround), matched in time linear in the path's length", valid_regex)
            .shown("any"),
        F::flag("case_sensitive", &M::case_sensitive,
                "`false`: `path`, `path_prefix` and `path_regex` ignore ASCII case (`/Admin` matches "

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <re2/re2.h>
+
 #include "http/headers.h"
 
 namespace sg::routing {
@@ -52,7 +54,7 @@ bool CompiledRoute::matches(const http::RequestHead& req, std::string_view liste
       }
       break;
     case PathKind::kRegex:
-      if (!std::regex_match(req.path, path_regex)) return false;
+      if (!re2::RE2::FullMatch(req.path, *path_regex)) return false;
       break;
   }
   if (!methods.empty() && std::find(methods.begin(), methods.end(), req.method) == methods.end()) return false;
@@ -106,9 +108,14 @@ Result<RouteTable> RouteTable::build(const config::Config& cfg,
       c.path = r.match.path_prefix;
     } else if (!r.match.path_regex.empty()) {
       c.path_kind = CompiledRoute::PathKind::kRegex;
-      auto flags = std::regex::ECMAScript | std::regex::optimize;
-      if (!c.case_sensitive) flags |= std::regex::icase;
-      c.path_regex = std::regex(r.match.path_regex, flags);
+      re2::RE2::Options opt;
+      opt.set_log_errors(false);
+      opt.set_case_sensitive(c.case_sensitive);
+      c.path_regex = std::make_shared<const re2::RE2>(r.match.path_regex, opt);
+      if (!c.path_regex->ok()) {
+        error = "route \"" + r.name + "\": path_regex: " + c.path_regex->error();
+        return std::make_error_code(std::errc::invalid_argument);
+      }
     }
 
     c.methods = r.match.methods;

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <memory>
-#include <regex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -12,6 +11,10 @@
 #include "config/schema.h"
 #include "http/message.h"
 #include "upstream/cluster.h"
+
+namespace re2 {
+class RE2;
+}
 
 namespace sg::routing {
 
@@ -25,7 +28,10 @@ struct CompiledRoute {
   std::string host;  // lower-case; for kSuffix: ".example.com"
   enum class PathKind : uint8_t { kAny, kExact, kPrefix, kRegex } path_kind = PathKind::kAny;
   std::string path;
-  std::regex path_regex;
+  // RE2, not std::regex: libstdc++'s matcher recurses per input character, so one long
+  // path against "^/api/(.*)/items$" overflowed a worker's stack and took the process
+  // down. RE2 matches in time linear in the path, without recursion.
+  std::shared_ptr<const re2::RE2> path_regex;
   bool case_sensitive = true;  // false: path matchers ignore ASCII case
   std::vector<std::string> methods;
   std::vector<std::string> listeners;

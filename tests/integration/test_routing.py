@@ -43,6 +43,7 @@ class MatchersTest(unittest.TestCase):
             + direct("hdr-present", "{ path_prefix: /h, headers: { X-Debug: ~ } }")
             + direct("query", "{ path_prefix: /q, query: { v: \"2\" } }")
             + direct("regex", "{ path_regex: \"^/r/[0-9]+$\" }")
+            + direct("regex-nested", "{ path_regex: \"^/n/(.*)/items$\" }")
             + direct("second-only", "{ path_prefix: /only, listener: second }")
             + direct("prefix", "{ path_prefix: /pre/ }")
             + """  - name: moved
@@ -72,6 +73,13 @@ class MatchersTest(unittest.TestCase):
         self.assertEqual(self.route(host="a.b.example.com"), "host-wild")
         self.assertEqual(self.route(host="example.com"), "default")  # wildcard needs a label
         self.assertEqual(self.route(host="example.org"), "default")
+
+    def test_a_long_path_against_a_regex_route_is_matched_not_fatal(self):
+        # Under std::regex this path (15 KB, within the default max_target_bytes) overflowed
+        # a worker's stack and the process died with every connection on it.
+        self.assertEqual(self.route("/n/" + "x" * 15000 + "/items"), "regex-nested")
+        self.assertEqual(self.route("/n/" + "x" * 15000 + "/itemz"), "default")
+        self.assertIsNone(self.sg.proc.poll())
 
     def test_paths(self):
         self.assertEqual(self.route("/exact"), "exact")

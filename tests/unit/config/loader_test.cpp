@@ -187,6 +187,13 @@ routes:
 )");
   EXPECT_NE(e.find("stealgate.yaml:3:26: routes[0].match.path_regex: invalid regular expression"), std::string::npos) << e;
   EXPECT_NE(e.find("routes[0].redirect.status: must be between 300 and 399, got 200"), std::string::npos) << e;
+  // RE2 has no lookaround (it could not bound the time a match takes): named at load.
+  e = errors_of("listeners: [{address: 127.0.0.1:8080}]\nroutes:\n  - match: { path_regex: \"/(?!admin).*\" }\n"
+                "    direct_response: { status: 200 }\n");
+  EXPECT_NE(e.find("stealgate.yaml:3:26: routes[0].match.path_regex: invalid regular expression (RE2 syntax): "
+                   "invalid perl operator: (?!"),
+            std::string::npos)
+      << e;
 }
 
 TEST(ConfigLoader, MissingFileIsAnError) {

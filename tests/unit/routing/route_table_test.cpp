@@ -29,6 +29,8 @@ routes:
   - { name: deny-exact, match: { path: /Secret, case_sensitive: false }, direct_response: { status: 403 } }
   - { name: deny-regex, match: { path_regex: "/keys/[a-z]+", case_sensitive: false }, direct_response: { status: 403 } }
   - { name: regex, match: { path_regex: "/items/[0-9]+" }, direct_response: { status: 200 } }
+  - { name: nested, match: { path_regex: "^/n/(.*)/items$" }, direct_response: { status: 200 } }
+  - { name: alternation, match: { path_regex: "/(a|b)*c" }, direct_response: { status: 200 } }
   - { name: posts, match: { path_prefix: /api/, methods: [POST] }, cluster: app }
   - { name: beta, match: { path_prefix: /api/, headers: [ { name: x-beta, value: "1" } ] }, cluster: app }
   - { name: query, match: { path_prefix: /api/, query: [ { name: v, value: "2" } ] }, cluster: app }
@@ -75,6 +77,18 @@ TEST_F(Routes, PathsExactPrefixAndRegex) {
   EXPECT_EQ(route("GET", "h", "/exact/more"), "-");
   EXPECT_EQ(route("GET", "h", "/items/42"), "regex");
   EXPECT_EQ(route("GET", "h", "/items/42x"), "-") << "a regex matches the whole path";
+}
+
+// std::regex (libstdc++) recursed per character of the path: a path of 15 KiB against the
+// first, or 1 KiB against the second, overflowed the stack and killed the process.
+TEST_F(Routes, ARegexMatchesAPathAsLongAsAnyRequestCanSendWithoutRecursing) {
+  const std::string many(256 * 1024, 'x');
+  EXPECT_EQ(route("GET", "h", "/n/" + many + "/items"), "nested");
+  EXPECT_EQ(route("GET", "h", "/n/" + many + "/itemz"), "-");
+  std::string ab;
+  for (int i = 0; i < 128 * 1024; ++i) ab += "ab";
+  EXPECT_EQ(route("GET", "h", "/" + ab + "c"), "alternation");
+  EXPECT_EQ(route("GET", "h", "/" + ab), "-");
 }
 
 TEST_F(Routes, PathsCaseSensitiveUnlessTheRouteSaysOtherwise) {
