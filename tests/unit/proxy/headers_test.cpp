@@ -67,6 +67,33 @@ TEST(UpstreamRequestHead, ListFieldsJoinTheClientsValuesAndRouteOperationsApply)
             "X-Set: s\r\nX-Add: a\r\n\r\n");
 }
 
+TEST(UpstreamRequestHead, FieldsTheConnectionHeaderNamesAreDroppedInAnyCase) {
+  // Names in any case and order, beside a protected one (X-Forwarded-For stays ours).
+  http::RequestHead r = get_with({{"Connection", "X-b, keep-alive, x-FORWARDED-for,x-A"}, {"x-a", "1"},
+                                  {"X-B", "2"}, {"X-Bb", "3"}, {"X-", "4"}, {"X-Forwarded-For", "192.0.2.1"}});
+  ForwardInfo info;
+  info.client_ip = "10.0.0.9";
+  info.request_id = "id1";
+  std::string out;
+  append_upstream_request_head(out, r, "/a", nullptr, info);
+  EXPECT_EQ(out, "GET /a HTTP/1.1\r\nHost: h\r\nX-Bb: 3\r\nX-: 4\r\nX-Forwarded-For: 192.0.2.1, 10.0.0.9\r\n"
+                 "X-Forwarded-Proto: http\r\nX-Forwarded-Host: h\r\nVia: 1.1 stealgate\r\nX-Request-Id: id1\r\n\r\n");
+  // Thousands of names beside hundreds of fields (the most a 32 KiB head holds): every
+  // named field goes, every other stays.
+  http::RequestHead big = get_with({});
+  std::string named;
+  for (int i = 0; i < 4000; ++i) named += (i ? ",N" : "N") + std::to_string(i * 7);
+  big.headers.add("Connection", named);
+  std::string want;
+  for (int i = 0; i < 200; ++i) {
+    big.headers.add("n" + std::to_string(i), "v");
+    if (i % 7 != 0) want += "n" + std::to_string(i) + ": v\r\n";
+  }
+  out.clear();
+  append_upstream_request_head(out, big, "/a", nullptr, info);
+  EXPECT_EQ(out, expected_tail(want));
+}
+
 // Empty views may carry a null pointer (a default ForwardInfo field): the head writer must
 // not hand it to memcpy, even for zero bytes (UBSan stops the sanitizer run on it; the
 // header_rules fuzzer found it with an HTTP/1.0 request without Host).
