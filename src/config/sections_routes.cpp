@@ -131,8 +131,10 @@ const Table<RouteMatchSection>& match_table() {
        F::text("path", &M::path_exact, "this exact path (one of `path`, `path_prefix`, `path_regex`)", normal_path)
            .shown("any"),
        F::text("path_prefix", &M::path_prefix, "paths starting with this", normal_path).shown("any"),
-       F::text("path_regex", &M::path_regex, "regular expression over the whole path, in RE2's syntax (Envoy's `safe_regex`, Go's `regexp`: no "
-               "backreferences or lookaround), matched in time linear in the path's length", valid_regex)
+       F::text("path_regex", &M::path_regex,
+               "regular expression over the whole path, in RE2's syntax (Envoy's `safe_regex`, Go's `regexp`: "
+               "no backreferences or lookaround), matched in time linear in the path's length",
+               valid_regex)
            .shown("any"),
        F::flag("case_sensitive", &M::case_sensitive,
                "`false`: `path`, `path_prefix` and `path_regex` ignore ASCII case (`/Admin` matches "

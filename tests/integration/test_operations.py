@@ -430,8 +430,11 @@ class SignalsDuringStartTest(unittest.TestCase):
 
     def start_blocked(self):
         sg = Stealgate(self.TEXT, wait_ready=False, config_fifo=True)
-        wchan = f"/proc/{sg.proc.pid}/wchan"
-        sg.wait_for(lambda: open(wchan).read() == "wait_for_partner", 10, "never opened the config FIFO")
+        def waits_for_a_writer():
+            with open(f"/proc/{sg.proc.pid}/wchan") as f:
+                return f.read() == "wait_for_partner"  # the kernel's FIFO open
+
+        sg.wait_for(waits_for_a_writer, 10, "never opened the config FIFO")
         return sg
 
     def feed_config(self, sg):
@@ -562,7 +565,6 @@ class AccessLogTest(unittest.TestCase):
         self.assertTrue(events)
         self.assertIn("level", json.loads(events[0]))
         self.assertEqual(sg.stop(), 0)
-
 
     def test_text_access_log_fields_cannot_be_forged(self):
         sg = Stealgate(config(routes="  - match: { path_prefix: / }\n    direct_response: { status: 200 }\n"))
