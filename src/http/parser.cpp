@@ -335,7 +335,7 @@ int Parser::finish_response_head() {
     parser_.flags |= F_SKIPBODY;
   } else if (const std::string* te = r.headers.get("transfer-encoding"); te && !iequals(trim_ows(*te), "chunked")) {
     // Transfer-Encoding is hop-by-hop and we re-frame the body: relaying any other coding
-    // would hand the client coded bytes without the coding's name (nginx refuses it too).
+    // would hand the client coded bytes without the coding's name.
     return fail(502, "upstream transfer coding not supported: " + std::string(trim_ows(*te)));
   } else if (parser_.flags & F_CHUNKED) {
     r.body = BodyKind::kChunked;
