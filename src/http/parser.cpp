@@ -225,6 +225,10 @@ int Parser::read_request_authority() {
   // Request-target forms (RFC 9112 §3.2).
   std::string_view t = r.target;
   if (r.method == "CONNECT") return fail(501, "CONNECT is not supported");
+  // An upstream that answers TRACE (Apache does by default) echoes the request as it
+  // arrived, with the fields stealgate added: a route's request_headers (an upstream
+  // credential, say) and the client-certificate subject. nginx refuses TRACE too.
+  if (r.method == "TRACE") return fail(501, "TRACE is not supported");
   // The grammar has no fragment, and upstream frameworks that cut one off (gunicorn, Node)
   // would serve /admin for "/admin#x", past a route that matched it as another path.
   if (t.find('#') != std::string_view::npos) return fail(400, "fragment in request-target");

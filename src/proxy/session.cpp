@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <optional>
 #include <utility>
 
 #include "common/log.h"
@@ -93,6 +95,35 @@ struct Handled {
   bool keep_alive = false;
 };
 
+// Max-Forwards on OPTIONS (RFC 9110 §7.6.2; TRACE, the other method it applies to, the
+// parser refuses): 0 makes stealgate the final recipient, which answers itself; a larger
+// value goes upstream decremented. Returns the reply stealgate makes, if it makes one.
+std::optional<LocalReply> apply_max_forwards(http::RequestHead& req, std::string& note) {
+  if (req.method != "OPTIONS") return std::nullopt;
+  const std::string* field = req.headers.get("max-forwards");
+  if (field == nullptr) return std::nullopt;
+  const std::string_view v = http::trim_ows(*field);
+  uint64_t n = 0;
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+  LocalReply lr;
+  if (v.empty() || end != v.data() + v.size() || (ec != std::errc() && ec != std::errc::result_out_of_range) ||
+      req.headers.count("max-forwards") > 1) {
+    lr.status = 400;
+    note = "invalid Max-Forwards";
+    return lr;
+  }
+  if (ec == std::errc::result_out_of_range) n = UINT64_MAX;  // from_chars leaves n alone then
+  if (n == 0) {
+    lr.status = 200;
+    lr.headers.emplace_back("Allow", "GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS");
+    note = "Max-Forwards: 0, answered here";
+    return lr;
+  }
+  constexpr uint64_t kMostForwards = 255;  // the most we pass on (a larger value is no different)
+  req.headers.set("Max-Forwards", std::to_string(std::min(n - 1, kMostForwards)));
+  return std::nullopt;
+}
+
 exec::Task<Handled> handle_request(Gateway& gw, const std::shared_ptr<const Snapshot>& snap,
                                    const config::ListenerSection& lcfg, io::Stream& client,
                                    http::MessageReader& reader, RequestContext& ctx) {
@@ -143,6 +174,8 @@ exec::Task<Handled> handle_request(Gateway& gw, const std::shared_ptr<const Snap
     lr.headers.emplace_back("Location", r.redirect->location);
     co_return co_await local(lr);
   }
+
+  if (std::optional<LocalReply> own = apply_max_forwards(req, ctx.note)) co_return co_await local(*own);
 
   // Admission: global, then route, then cluster. Rejections never touch an upstream.
   exec::Semaphore::Permit permits[kAdmissionLevels];

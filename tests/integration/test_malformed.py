@@ -26,6 +26,7 @@ CASES = [
     ("bare LF", "GET / HTTP/1.1\nHost: h\n\n", 400),
     ("missing Host", "GET / HTTP/1.1\r\nX-A: 1\r\n\r\n", 400),
     ("duplicate Host", "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400),
+    ("TRACE (it would echo what stealgate adds)", f"TRACE / HTTP/1.1\r\n{H}\r\n", 501),
     ("fragment in target", f"GET /a#b HTTP/1.1\r\n{H}\r\n", 400),
     ("HTTP/2.0 version", f"GET / HTTP/2.0\r\n{H}\r\n", 505),
     ("malformed version", f"GET / HTTP/1.x\r\n{H}\r\n", 400),

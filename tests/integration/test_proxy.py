@@ -90,6 +90,20 @@ class ProxyTest(unittest.TestCase):
         self.assertIn("x-kept", names)
         self.assertIn("host", names)  # nominating Host in Connection does not drop it
 
+    def test_max_forwards_on_options(self):
+        # RFC 9110 7.6.2: at 0 stealgate is the final recipient and answers itself;
+        # otherwise the value goes upstream decremented. Other methods pass it untouched.
+        self.up.clear_log()
+        r = self.client().request("OPTIONS", "/mf", [("Max-Forwards", "0")])
+        self.assertEqual(r.status, 200)
+        self.assertIn("OPTIONS", r.header("allow"))
+        self.assertEqual(self.up.log(), [], "Max-Forwards: 0 went upstream")
+        for method, sent, forwarded in (("OPTIONS", "3", "2"), ("OPTIONS", " 1 ", "0"), ("GET", "0", "0"),
+                                        ("OPTIONS", "99999999999999999999999", "255")):
+            h = {k.lower(): v for k, v in self.client().request(method, "/mf", [("Max-Forwards", sent)]).json()["headers"]}
+            self.assertEqual(h["max-forwards"], forwarded, f"{method} with Max-Forwards: {sent!r}")
+        self.assertEqual(self.client().request("OPTIONS", "/mf", [("Max-Forwards", "x")]).status, 400)
+
     def test_chunked_request_body_is_reframed_with_trailers(self):
         c = self.client()
         c.send(b"POST /echo HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"

@@ -165,6 +165,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"TE with CL (order swapped)", "POST / HTTP/1.1\r\n" + H + "Transfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n", 400},
         BadCase{"differing CL lines", "POST / HTTP/1.1\r\n" + H + "Content-Length: 1\r\nContent-Length: 2\r\n\r\nab", 400},
         BadCase{"identical CL lines", "POST / HTTP/1.1\r\n" + H + "Content-Length: 2\r\nContent-Length: 2\r\n\r\nab", 400},
+        BadCase{"TRACE", "TRACE / HTTP/1.1\r\n" + H + "\r\n", 501},
         BadCase{"fragment in origin-form", "GET /a#b HTTP/1.1\r\n" + H + "\r\n", 400},
         BadCase{"fragment in absolute-form", "GET http://h/a?q#b HTTP/1.1\r\n" + H + "\r\n", 400},
         BadCase{"CL list", "POST / HTTP/1.1\r\n" + H + "Content-Length: 1, 2\r\n\r\nab", 400},
