@@ -108,10 +108,13 @@ Result<std::shared_ptr<Endpoint>> build_endpoint(const config::ClusterSection& c
   const bool same_settings = pools_compatible && before != nullptr && before->weight() == e.weight;
   // A name with several addresses keeps the one it has while the answer still holds it.
   auto addr = resolve(e.address, error, had_address ? &before->address() : nullptr);
+  // Failures are logged when they start, here as in resolves_elsewhere(): a reload or a
+  // rebuild while a name stays unresolvable says nothing new.
   if (!addr.ok() && had_address) {
-    SG_LOG_WARN("cluster {}: endpoint {}: {}; it keeps {}", cfg.name, e.address.text(), error,
-                ip_text(before->address()));
-    before->lookup_failing.store(true, std::memory_order_relaxed);
+    if (!before->lookup_failing.exchange(true, std::memory_order_relaxed)) {
+      SG_LOG_WARN("cluster {}: endpoint {}: {}; it keeps {}", cfg.name, e.address.text(), error,
+                  ip_text(before->address()));
+    }
     addr = before->address();
   } else if (!addr.ok()) {
     const char* why = cfg.dns_refresh.count() == 0       ? " (with dns_refresh: 0 a name must resolve at load)"
@@ -121,8 +124,11 @@ Result<std::shared_ptr<Endpoint>> build_endpoint(const config::ClusterSection& c
       error = "cluster \"" + cfg.name + "\" endpoint " + e.address.text() + ": " + error + why;
       return addr.error();
     }
-    SG_LOG_WARN("cluster {}: endpoint {}: {}; it takes no requests until the name resolves (looked up again every {})",
-                cfg.name, e.address.text(), error, config::detail::format_duration(unresolved_retry(cfg)));
+    if (before == nullptr || !before->lookup_failing.exchange(true, std::memory_order_relaxed)) {
+      SG_LOG_WARN("cluster {}: endpoint {}: {}; it takes no requests until the name resolves "
+                  "(looked up again every {})",
+                  cfg.name, e.address.text(), error, config::detail::format_duration(unresolved_retry(cfg)));
+    }
     if (before != nullptr && same_settings) return before;
     return Endpoint::unresolved(e.address.text(), e.address.host, e.address.port, e.weight, pool);
   }

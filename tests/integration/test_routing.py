@@ -436,6 +436,9 @@ class DnsRefreshTest(unittest.TestCase):
             sg.wait_log(rf"cluster app: endpoint backend\.test:{a.port}: cannot resolve \"backend\.test\".*"
                         r"it keeps 127\.0\.0\.2")
             self.assertEqual(upstream_of(sg.port), (200, "a"))
+            # Logged when the failures start: a second reload while it still fails says nothing new.
+            self.assertTrue(sg.reload())
+            self.assertEqual(sum("cannot resolve" in l for l in sg.logs()), 1, sg.logs()[-5:])
         finally:
             sg.stop(), a.stop()
 
