@@ -327,7 +327,8 @@ int Parser::finish_response_head() {
   r.version_major = parser_.http_major;
   r.version_minor = parser_.http_minor;
   if (r.version_major != 1) return fail(502, "upstream HTTP version not supported");
-  if (r.status < 100 || r.status > 999) return fail(502, "invalid upstream status code");
+  // RFC 9110 §15: valid codes are 100-599; a client cannot even class a larger one.
+  if (r.status < 100 || r.status > 599) return fail(502, "invalid upstream status code");
   if (r.headers.count("transfer-encoding") > 1) return fail(502, "conflicting upstream Transfer-Encoding");
   bool no_body = no_body_ || r.is_informational() || r.status == 204 || r.status == 304;
   if (parser_.flags & F_CONTENT_LENGTH) r.content_length = parser_.content_length;

@@ -388,6 +388,12 @@ class UpstreamFaultTest(unittest.TestCase):
         self.assertEqual(status, 502)
         self.assertNotIn(b"coded bytes", body)
 
+    def test_a_status_beyond_599_is_502(self):
+        # RFC 9110 §15: no valid status is above 599, and a client could not even class one.
+        status, _, body = request_once(self.sg.port, "GET", "/status-600")
+        self.assertEqual(status, 502)
+        self.assertNotIn(b"beyond", body)
+
     def test_slow_upstream_is_504(self):
         t0 = time.time()
         self.assertEqual(request_once(self.sg.port, "GET", "/slow?ms=10000")[0], 504)

@@ -162,6 +162,9 @@ def handle(conn, req, conn_id):
     if path == "/conflicting-cl":
         s.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!")
         return False
+    if path == "/status-600":
+        s.sendall(b"HTTP/1.1 600 Beyond\r\nContent-Length: 6\r\n\r\nbeyond")
+        return False
     if path == "/gzip-coded":
         # A transfer coding other than chunked; the body would run until close.
         s.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n\x1f\x8b coded bytes")

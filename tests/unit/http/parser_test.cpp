@@ -284,6 +284,11 @@ TEST(ResponseParser, MalformedUpstreamResponsesAre502) {
   EXPECT_EQ(parse_response("HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab").status, 502);
   EXPECT_EQ(parse_response("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n").status, 502);
   EXPECT_EQ(parse_response("garbage\r\n\r\n").status, 502);
+  for (const char* status : {"099", "600", "999"}) {
+    EXPECT_EQ(parse_response(std::string("HTTP/1.1 ") + status + " X\r\nContent-Length: 0\r\n\r\n").status, 502)
+        << status;
+  }
+  EXPECT_EQ(parse_response("HTTP/1.1 599 X\r\nContent-Length: 0\r\n\r\n").messages, 1);
   // A coding other than chunked would reach the client without its name (we re-frame).
   for (const char* te : {"gzip", "gzip, chunked", "chunked, gzip", "chunked, chunked"}) {
     EXPECT_EQ(parse_response(std::string("HTTP/1.1 200 OK\r\nTransfer-Encoding: ") + te + "\r\n\r\n0\r\n\r\n").status,
