@@ -87,22 +87,6 @@ exec::Task<std::error_code> write_body(io::Stream& dst, std::string_view prefix,
   return write_grouped(dst, prefix, pieces, chunked, suffix, dl);
 }
 
-std::string last_chunk(const http::HeaderMap& trailers, bool forward_trailers) {
-  std::string out = "0\r\n";
-  if (forward_trailers) {
-    for (const auto& t : trailers) {
-      // Never let a trailer smuggle framing or routing fields (RFC 9110 §6.5.1).
-      if (http::iequals(t.name, "content-length") || http::iequals(t.name, "transfer-encoding") ||
-          http::iequals(t.name, "host") || http::iequals(t.name, "connection") || http::iequals(t.name, "trailer")) {
-        continue;
-      }
-      out += t.name + ": " + t.value + "\r\n";
-    }
-  }
-  out += "\r\n";
-  return out;
-}
-
 Http1Response::Http1Response(io::Stream& client, http::MessageReader& reader, const config::ListenerSection& listener,
                              const config::RouteSection* route)
     : client_(client),
@@ -143,7 +127,8 @@ void Http1Response::start(const http::ResponseHead& resp, bool keep_alive) {
 exec::Task<std::error_code> Http1Response::send_body(std::span<const std::string_view> pieces, bool done,
                                                      const http::HeaderMap& trailers) {
   std::string tail;
-  if (done && chunked_) tail = last_chunk(trailers, chunked_up_);
+  if (done && chunked_) tail = chunked_up_ ? last_chunk(trailers, route_ != nullptr ? &route_->response_headers : nullptr)
+                                          : last_chunk({}, nullptr);
   // The head leaves with whatever body arrived with it; a body still on its way never
   // holds the head back (streaming responses).
   if (head_sent_ && pieces.empty() && tail.empty()) co_return std::error_code{};

@@ -111,7 +111,5 @@ class Http1Response final : public DownstreamResponse {
 // message head not sent yet) and before `suffix` (the last chunk), in gathered writes.
 exec::Task<std::error_code> write_body(io::Stream& dst, std::string_view prefix, std::span<const std::string_view> pieces,
                                        bool chunked, std::string_view suffix, io::Deadline dl);
-// The last chunk, with `trailers` when `forward_trailers` (minus framing and routing fields).
-std::string last_chunk(const http::HeaderMap& trailers, bool forward_trailers);
 
 }  // namespace sg::proxy

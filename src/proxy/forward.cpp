@@ -151,6 +151,12 @@ class Exchange {
   exec::Task<Verdict> upstream_broke(bool timed_out);
   Verdict client_write_failed();
   Verdict release_upstream();  // to the pool after a clean exchange, else closed
+  std::string request_last_chunk() const {
+    const auto& tls = down_.listener.tls;
+    const bool subject_owned = tls && tls->client_auth != config::ClientAuth::kOff;  // (session.cpp)
+    return last_chunk(down_.reader.parser().trailers(), &rcfg_.request_headers,
+                      subject_owned ? std::string_view(tls->client_subject_header) : std::string_view{});
+  }
 
   Gateway& gw_;
   const Snapshot& snap_;
@@ -237,7 +243,7 @@ Verdict Exchange::prepare() {
   for (auto c : early_body_.chunks) ctx_.bytes_in += c.size();
   if (early_body_.done) {
     request_body_consumed_ = true;
-    if (chunked_request_) early_tail_ = last_chunk(down_.reader.parser().trailers(), true);
+    if (chunked_request_) early_tail_ = request_last_chunk();
   }
   return go_on();
 }
@@ -423,7 +429,7 @@ exec::Task<Verdict> Exchange::send_body() {
     if (!br.done) continue;
     request_body_consumed_ = true;
     if (!chunked_request_) co_return go_on();
-    std::string tail = last_chunk(down_.reader.parser().trailers(), true);
+    std::string tail = request_last_chunk();
     if (auto ec = co_await up_.write_all(tail, io::Deadline::after(rcfg_.timeout))) {
       up_.close();
       ctx_.note = "upstream write failed: " + ec.message();

@@ -54,6 +54,13 @@ void append_client_response_head(std::string& out, const http::ResponseHead& res
                                  const config::RouteSection* route, bool chunked_to_client, bool close,
                                  bool upgrade);
 
+// The last chunk of a chunked body, with those of `trailers` that may pass. A trailer
+// passes only where the same field would pass unchanged in a head: never a framing,
+// hop-by-hop or forwarding field, one the route's header operations `ops` remove or set,
+// or `owned` (the client-certificate subject header). A recipient that merges trailers
+// into the head, which RFC 9110 §6.5.1 forbids but some do, would take those as ours.
+std::string last_chunk(const http::HeaderMap& trailers, const config::HeaderOps* ops, std::string_view owned = {});
+
 // A request's id: the client's X-Request-Id when it is sane (printable, at most 128
 // bytes), else a new random one (32 hex digits), kept inline: a generated id costs no
 // allocation (a 32-byte std::string was a malloc and free per request).

@@ -154,6 +154,17 @@ class RewriteTest(unittest.TestCase):
         self.assertEqual(r.header("x-resp"), "r")
         self.assertIsNone(r.header("x-upstream"))
 
+    def test_trailers_cannot_carry_what_the_head_may_not(self):
+        # An upstream that merges trailers into the head (RFC 9110 §6.5.1 forbids it; some
+        # do) must not get through them a field the route removes or sets, or one we own.
+        c = Client(self.sg.port)
+        c.send(b"POST /api/v1/t HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n"
+               b"X-Remove: 1\r\nx-set: forged\r\nX-Forwarded-For: 10.9.9.9\r\nX-Request-Id: forged\r\n"
+               b"Via: forged\r\nX-Checksum: 7\r\n\r\n")
+        info = c.read_response().json()
+        self.assertEqual(info["body"], "abc")
+        self.assertEqual(info["trailers"], {"x-checksum": "7"})
+
     def test_whole_path_rewrite(self):
         self.assertEqual(Client(self.sg.port).request("GET", "/legacy?q").json()["target"], "/modern?q")
 

@@ -264,6 +264,12 @@ class TlsTest(unittest.TestCase):
         self.assertNotIn("x-who", [k.lower() for k, _ in anon.json()["headers"]])
         alice = self.get(sg, ctx=self.client_ctx(self.alice))
         self.assertIn(["X-Who", "CN=alice"], alice.json()["headers"])
+        # Nor in a trailer, which an upstream merging trailers would take as the subject.
+        c = Client(sg.port, tls=self.client_ctx(), server_hostname="a.test")
+        c.send(b"POST /echo HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\n\r\n"
+               b"1\r\nx\r\n0\r\nX-Who: CN=alice\r\nX-Sum: 1\r\n\r\n")
+        self.assertEqual(c.read_response().json()["trailers"], {"x-sum": "1"})
+        c.close()
 
     def test_a_reload_swaps_certificates_while_keep_alive_connections_keep_working(self):
         d = self.c.dir

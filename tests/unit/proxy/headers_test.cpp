@@ -125,6 +125,20 @@ TEST(ClientResponseHead, LongValuesAndTheEmptyLine) {
                      "\r\nContent-Length: 2\r\nVia: 1.1 stealgate\r\nConnection: close\r\n\r\n");
 }
 
+TEST(LastChunk, OnlyTrailersThatCouldPassUnchangedInAHeadPass) {
+  http::HeaderMap trailers;
+  for (const char* name : {"X-Sum", "content-length", "Transfer-Encoding", "Host", "Connection", "Trailer", "TE",
+                           "X-Forwarded-For", "x-request-id", "Via", "Forwarded", "X-Gone", "X-Set", "X-Who", "Digest"}) {
+    trailers.add(name, "v");
+  }
+  config::HeaderOps ops;
+  ops.remove = {"x-gone"};
+  ops.set = {{"x-set", "s"}};
+  EXPECT_EQ(last_chunk(trailers, &ops, "x-who"), "0\r\nX-Sum: v\r\nDigest: v\r\n\r\n");
+  EXPECT_EQ(last_chunk(trailers, nullptr), "0\r\nX-Sum: v\r\nX-Gone: v\r\nX-Set: v\r\nX-Who: v\r\nDigest: v\r\n\r\n");
+  EXPECT_EQ(last_chunk({}, &ops, "x-who"), "0\r\n\r\n");
+}
+
 TEST(RequestIdTest, GeneratedIdsAreLowercaseHexAndDistinct) {
   http::RequestHead r = get_with({});
   std::set<std::string> seen;
