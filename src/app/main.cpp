@@ -27,6 +27,7 @@
 #include "io/runtime.h"
 #include "proxy/gateway.h"
 #include "stealgate_version.h"
+#include "upstream/cluster.h"
 
 namespace {
 
@@ -336,6 +337,28 @@ int run(const app::Options& opts, const std::vector<std::string>& argv, bool ope
   return rc;
 }
 
+// --check-config: the file, and what a start would find of the endpoint names in it
+// (systemd runs this before a start and a reload, so it must refuse what the start would).
+int check_config(const std::string& path) {
+  config::LoadResult r = config::load_file(path);
+  if (!r.ok()) {
+    std::cerr << r.error_text();
+    std::cerr << "stealgate: configuration " << path << " is invalid (" << r.errors.size() << " error"
+              << (r.errors.size() == 1 ? "" : "s") << ")\n";
+    return 1;
+  }
+  const upstream::NameReport names = upstream::look_up_names(*r.config);
+  for (const std::string& w : names.warnings) std::cerr << "warning: " << w << "\n";
+  for (const std::string& e : names.errors) std::cerr << "error: " << e << "\n";
+  if (!names.errors.empty()) {
+    std::cerr << "stealgate: configuration " << path << " cannot start (" << names.errors.size() << " error"
+              << (names.errors.size() == 1 ? "" : "s") << ")\n";
+    return 1;
+  }
+  std::cout << "stealgate: configuration " << path << " is valid\n";
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -355,17 +378,8 @@ int main(int argc, char** argv) {
     case app::Options::Mode::kVersion:
       std::cout << "stealgate " << STEALGATE_VERSION << "\n";
       return 0;
-    case app::Options::Mode::kCheckConfig: {
-      config::LoadResult r = config::load_file(opts.config_path);
-      if (!r.ok()) {
-        std::cerr << r.error_text();
-        std::cerr << "stealgate: configuration " << opts.config_path << " is invalid (" << r.errors.size()
-                  << " error" << (r.errors.size() == 1 ? "" : "s") << ")\n";
-        return 1;
-      }
-      std::cout << "stealgate: configuration " << opts.config_path << " is valid\n";
-      return 0;
-    }
+    case app::Options::Mode::kCheckConfig:
+      return check_config(opts.config_path);
     case app::Options::Mode::kPrintConfig: {
       config::LoadResult r = config::load_file(opts.config_path);
       if (!r.ok()) {

@@ -3,13 +3,15 @@
 namespace sg::app {
 
 std::string usage() {
-  return "Usage: stealgate [--config FILE] [--check-config [FILE]] [--print-config] [--config-reference] [--version] [--help]\n"
+  return "Usage: stealgate [--config FILE] [--check-config [FILE]] [--print-config] [--config-reference] [--version]\n"
+         "                 [--help]\n"
          "\n"
          "An HTTP/1.1 reverse proxy and API gateway on a work-stealing executor.\n"
          "\n"
          "Options:\n"
          "  -c, --config FILE         configuration file (default /etc/stealgate/stealgate.yaml)\n"
-         "  -t, --check-config [FILE] validate the configuration and exit (0 = valid, 1 = invalid)\n"
+         "  -t, --check-config [FILE] validate the configuration, look up its endpoint names as a start\n"
+         "                            would, and exit (0 = valid, 1 = invalid or cannot start)\n"
          "      --print-config        print the effective configuration (defaults resolved) and exit\n"
          "      --config-reference    print every configuration key with its default and meaning\n"
          "  -v, --version             print the version and exit\n"

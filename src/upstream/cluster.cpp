@@ -89,6 +89,8 @@ std::string ip_text(const io::tcp::endpoint& ep) { return ep.address().to_string
 constexpr std::chrono::milliseconds kMinLookupInterval{100};
 constexpr std::chrono::milliseconds kUnresolvedRetry{1000};
 
+constexpr const char* kMustResolveAtLoad = " (with dns_refresh: 0 a name must resolve at load)";
+
 std::chrono::milliseconds unresolved_retry(const config::ClusterSection& cfg) {
   return std::clamp<std::chrono::milliseconds>(cfg.dns_refresh, kMinLookupInterval, kUnresolvedRetry);
 }
@@ -117,7 +119,7 @@ Result<std::shared_ptr<Endpoint>> build_endpoint(const config::ClusterSection& c
     }
     addr = before->address();
   } else if (!addr.ok()) {
-    const char* why = cfg.dns_refresh.count() == 0       ? " (with dns_refresh: 0 a name must resolve at load)"
+    const char* why = cfg.dns_refresh.count() == 0       ? kMustResolveAtLoad
                       : new_names_must_resolve && !before ? " (a new endpoint's name must resolve at a reload)"
                                                           : nullptr;
     if (why != nullptr) {
@@ -278,6 +280,24 @@ std::size_t Cluster::healthy_count() const {
   int64_t now = steady_now_ms();
   return static_cast<std::size_t>(std::count_if(endpoints_.begin(), endpoints_.end(),
                                                 [&](const auto& e) { return e->available(now); }));
+}
+
+NameReport look_up_names(const config::Config& cfg) {
+  NameReport out;
+  for (const auto& c : cfg.clusters) {
+    for (const auto& e : c.endpoints) {
+      std::string error;
+      if (resolve_all(e.address, error).ok()) continue;
+      const std::string what = "cluster \"" + c.name + "\" endpoint " + e.address.text() + ": " + error;
+      if (c.dns_refresh.count() == 0) {
+        out.errors.push_back(what + kMustResolveAtLoad);
+      } else {
+        out.warnings.push_back(what + "; it gets no requests until the name resolves (a reload that adds it is "
+                                      "refused)");
+      }
+    }
+  }
+  return out;
 }
 
 }  // namespace sg::upstream

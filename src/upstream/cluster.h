@@ -125,4 +125,15 @@ Result<io::tcp::endpoint> resolve(const config::Address& a, std::string& error,
                                   const io::tcp::endpoint* keep = nullptr);
 bool is_ip_literal(const config::Address& a);
 
+// What a start would find of `cfg`'s endpoint names, which the file alone cannot show
+// (--check-config, systemd's ExecStartPre and ExecReload): each is looked up as the start
+// does (blocking). A name that does not resolve is an error where it fails the start
+// (dns_refresh 0), else a warning: the start takes it, unresolved, and a reload refuses
+// it where the endpoint is new.
+struct NameReport {
+  std::vector<std::string> errors;
+  std::vector<std::string> warnings;
+};
+NameReport look_up_names(const config::Config& cfg);
+
 }  // namespace sg::upstream

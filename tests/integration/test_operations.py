@@ -125,6 +125,30 @@ class CheckConfigTest(unittest.TestCase):
         s = self.run_bin("--config", path)
         self.assertEqual(s.returncode, 1)
 
+    def test_names_are_looked_up_as_the_start_would(self):
+        # systemd's ExecStartPre runs --check-config: it must refuse what the start refuses.
+        # (.invalid never resolves: RFC 6761 §6.4.)
+        d = temp_dir()
+        base = "listeners:\n  - address: 127.0.0.1:0\nclusters:\n  - name: api\n    endpoints: [nowhere.invalid:80]\n"
+        routes = "routes:\n  - match: { path_prefix: / }\n    cluster: api\n"
+        fixed, refreshed = os.path.join(d, "fixed.yaml"), os.path.join(d, "refreshed.yaml")
+        with open(fixed, "w") as f:
+            f.write(base + "    dns_refresh: 0s\n" + routes)
+        with open(refreshed, "w") as f:
+            f.write(base + routes)
+        r = self.run_bin("--check-config", fixed)
+        self.assertEqual(r.returncode, 1, r.stdout)
+        self.assertIn('error: cluster "api" endpoint nowhere.invalid:80: cannot resolve "nowhere.invalid"', r.stderr)
+        self.assertIn("(with dns_refresh: 0 a name must resolve at load)", r.stderr)
+        self.assertIn("cannot start (1 error)", r.stderr)
+        self.assertEqual(self.run_bin("--config", fixed).returncode, 1, "the start takes what the check refused")
+        # Looked up again while serving, such a name is only a warning: the start takes it.
+        r = self.run_bin("--check-config", refreshed)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn('warning: cluster "api" endpoint nowhere.invalid:80: cannot resolve', r.stderr)
+        self.assertIn("it gets no requests until the name resolves", r.stderr)
+        self.assertIn("is valid", r.stdout)
+
     def test_cli_usage_errors(self):
         self.assertEqual(self.run_bin("--frobnicate").returncode, 2)
         self.assertEqual(self.run_bin("--config").returncode, 2)
