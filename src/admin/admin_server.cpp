@@ -145,7 +145,8 @@ std::string AdminServer::start(const config::Address& addr) {
   port_ = got.listener->local_endpoint().port();
   inherited_ = got.inherited;
   listener_ = std::make_shared<io::TcpListener>(std::move(*got.listener));
-  task_ = gw_.runtime().handle().spawn(admin_accept(gw_, listener_), {exec::TaskKind::kAdmin, "admin listener " + addr.text()});
+  task_ = gw_.runtime().handle().spawn(admin_accept(gw_, listener_),
+                                       {exec::TaskKind::kAdmin, "admin listener " + addr.text()});
   return "";
 }
 

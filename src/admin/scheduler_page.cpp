@@ -136,7 +136,8 @@ async function refresh() {
     refreshes++;
     document.body.dataset.refreshes = String(refreshes);
     $("status").className = "";
-    $("status").textContent = `${d.workers.length} workers on ${d.io_driver}; injection queue ${d.injection_queue_depth}; ` +
+    $("status").textContent = `${d.workers.length} workers on ${d.io_driver}; ` +
+      `injection queue ${d.injection_queue_depth}; ` +
       `updated ${new Date().toLocaleTimeString()}`;
   } catch (e) {
     $("status").className = "err";

@@ -170,7 +170,9 @@ class Daemon {
     if (!kind.ok()) return std::string(source) + " is io_uring, but " + why;
     if (setting == "auto" && !why.empty()) SG_LOG_WARN("io driver: epoll (io_uring is not available: {})", why);
     auto rt = io::Runtime::create(runtime_config(r), *kind);
-    if (!rt.ok()) return "cannot start the " + std::string(io::io_driver_name(*kind)) + " driver: " + rt.error().message();
+    if (!rt.ok()) {
+      return "cannot start the " + std::string(io::io_driver_name(*kind)) + " driver: " + rt.error().message();
+    }
     rt_ = std::move(*rt);
     SG_LOG_INFO("io driver: {} ({}: {})", io::io_driver_name(*kind), source, setting);
     return "";

@@ -313,7 +313,8 @@ struct Fields {
   // "host:port"); `empty_error`, when set, refuses an absent, null or empty list.
   template <class Get, class Item>
   static F list(std::string key, Get get, const Table<Item>& table, std::string doc, std::string empty_error = "",
-                std::type_identity_t<std::function<bool(Ctx&, const YAML::Node&, const std::string&, Item&)>> from_scalar = nullptr,
+                std::type_identity_t<std::function<bool(Ctx&, const YAML::Node&, const std::string&, Item&)>>
+                   from_scalar = nullptr,
                 bool flow_items = false) {
     return F{key, std::move(doc), "", false,
              [=, t = &table](const MapView& m, S& s) {

@@ -68,8 +68,8 @@ std::string header_name_refusal(std::string_view name) {
   if (!is_field_name(name)) return "\"" + std::string(name) + "\" is not a header name";
   // Framing and connection fields are stealgate's to write: a configured one would contradict
   // the framing it produces (two lengths, a smuggling recipe) or the connection's handling.
-  for (std::string_view own : {"content-length", "transfer-encoding", "connection", "upgrade", "expect", "te", "trailer",
-                               "keep-alive", "proxy-connection", "host"}) {
+  for (std::string_view own : {"content-length", "transfer-encoding", "connection", "upgrade", "expect", "te",
+                               "trailer", "keep-alive", "proxy-connection", "host"}) {
     if (name.size() == own.size() &&
         std::equal(name.begin(), name.end(), own.begin(), [](char a, char b) { return (a | 0x20) == b; })) {
       return "\"" + std::string(name) + "\" is set by stealgate itself" +

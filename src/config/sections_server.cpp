@@ -5,7 +5,8 @@
 
 namespace sg::config::detail {
 
-const std::vector<std::pair<std::string, TlsVersion>> kTlsVersions = {{"1.2", TlsVersion::k12}, {"1.3", TlsVersion::k13}};
+const std::vector<std::pair<std::string, TlsVersion>> kTlsVersions = {{"1.2", TlsVersion::k12},
+                                                                      {"1.3", TlsVersion::k13}};
 
 namespace {
 
@@ -15,7 +16,9 @@ Field<RuntimeSection> worker_threads() {
       "worker threads; `auto` = CPUs available to the process (affinity mask, cgroup quota)",
       [](const MapView& m, RuntimeSection& r) {
         const YAML::Node n = m.get("worker_threads");
-        if (n.IsDefined() && !(n.IsScalar() && n.Scalar() == "auto")) m.read_num("worker_threads", r.worker_threads, 1, 1024);
+        if (n.IsDefined() && !(n.IsScalar() && n.Scalar() == "auto")) {
+          m.read_num("worker_threads", r.worker_threads, 1, 1024);
+        }
       },
       [](YAML::Emitter& e, const RuntimeSection& r) {
         e << YAML::Key << "worker_threads" << YAML::Value;
@@ -24,7 +27,8 @@ Field<RuntimeSection> worker_threads() {
       });
 }
 
-const std::vector<std::pair<std::string, LogFormat>> kLogFormats = {{"text", LogFormat::kText}, {"json", LogFormat::kJson}};
+const std::vector<std::pair<std::string, LogFormat>> kLogFormats = {{"text", LogFormat::kText},
+                                                                    {"json", LogFormat::kJson}};
 const std::vector<std::pair<std::string, http::SlashPolicy>> kSlashPolicies = {
     {"keep", http::SlashPolicy::kKeep}, {"reject", http::SlashPolicy::kReject}, {"decode", http::SlashPolicy::kDecode}};
 
@@ -92,14 +96,16 @@ const Table<RuntimeSection>& runtime_table() {
                "proxied small GET (callgrind); poll timing, always on, is +0.7% of that"),
        F::duration("long_poll_threshold", &R::long_poll_threshold,
                    "a task poll at least this long (wall time on its worker) is counted in "
-                   "`stealgate_executor_long_polls_total{worker}` and logged, at most once a second per worker, with "
-                   "the task's kind and name: `long poll: 23.4 ms on worker 1 by admin task 17 \"admin client\" (0 more "
-                   "long polls not logged)`",
+                   "`stealgate_executor_long_polls_total{worker}` and logged, at most once a second per worker, "
+                   "with the task's kind and name: `long poll: 23.4 ms on worker 1 by admin task 17 "
+                   "\"admin client\" (0 more long polls not logged)`",
                    Duration{1}),
        F::duration("idle_memory_reclaim", &R::idle_memory_reclaim,
                    "a worker that has had no work for this long (health checks, the pool reaper and admin requests "
-                   "do not count) gives back the memory it keeps for the next requests (free task and coroutine-frame slabs, read buffers, parsers, head and TLS record buffers) and malloc returns its free "
-                   "pages to the system, so the resident size falls back after a spike of connections; `0` never. "
+                   "do not count) gives back the memory it keeps for the next requests (free task and "
+                   "coroutine-frame slabs, read buffers, parsers, head and TLS record buffers) and malloc returns "
+                   "its free pages to the system, so the resident size falls back after a spike of connections; "
+                   "`0` never. "
                    "Counted in `stealgate_executor_memory_reclaims_total{worker}` and "
                    "`stealgate_executor_memory_reclaimed_bytes_total{worker}`")}};
   return t;
@@ -186,7 +192,9 @@ const Table<ListenerTls>& listener_tls_table() {
                    "a client that has not finished its handshake by then is closed"),
        F::choice("client_auth", &T::client_auth,
                  std::vector<std::pair<std::string, ClientAuth>>{
-                     {"off", ClientAuth::kOff}, {"optional", ClientAuth::kOptional}, {"required", ClientAuth::kRequired}},
+                     {"off", ClientAuth::kOff},
+                    {"optional", ClientAuth::kOptional},
+                    {"required", ClientAuth::kRequired}},
                  "client certificates: `off`, `optional` (asked for; one that is presented must verify), `required`"),
        F::file("client_ca", &T::client_ca,
                "PEM file of the CAs client certificates must chain to (required unless `client_auth: off`)",
@@ -308,7 +316,8 @@ const Table<LoggingSection>& logging_table() {
   static const Table<LoggingSection> t{
       "logging",
       {F::choice("level", &L::level, levels, "`trace debug info warning error critical off`"),
-       F::choice("format", &L::format, kLogFormats, "event log format: `text` or `json` (stderr, i.e. journald under systemd)"),
+       F::choice("format", &L::format, kLogFormats,
+                "event log format: `text` or `json` (stderr, i.e. journald under systemd)"),
        F::custom(
            "access_log",
            "one line per request: time, client, method, target, route, cluster, endpoint, status, bytes, duration, "

@@ -112,7 +112,8 @@ constexpr std::size_t class_of(std::size_t bytes) {
   return kAllocSmallClasses + (bytes - kSmallMax - 1) / kAllocLargeStep;
 }
 constexpr std::size_t class_bytes(std::size_t c) {
-  return c < kAllocSmallClasses ? (c + 1) * kAllocClassBytes : kSmallMax + (c - kAllocSmallClasses + 1) * kAllocLargeStep;
+  return c < kAllocSmallClasses ? (c + 1) * kAllocClassBytes
+                                : kSmallMax + (c - kAllocSmallClasses + 1) * kAllocLargeStep;
 }
 constexpr uint32_t slab_capacity(std::size_t c) {
   return static_cast<uint32_t>((kSlabBytes - kHeaderArea) / class_bytes(c));

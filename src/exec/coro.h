@@ -1,8 +1,8 @@
 // Coroutine tasks.
 //
 // Task<T> is a lazily started coroutine. Awaiting a Task<T> from another coroutine runs it
-// inline (see Task::operator co_await for how the stack stays bounded), so a spawned root coroutine and everything it awaits form
-// one executor task, like a Rust future tree. A root is wrapped in a CoroTask: the task
+// inline (see Task::operator co_await for how the stack stays bounded), so a spawned root
+// coroutine and everything it awaits form one executor task, like a Rust future tree. A root is wrapped in a CoroTask: the task
 // header, the resume point ("leaf": the innermost suspended coroutine) and a wait token.
 //
 // Waits. A leaf awaiter that suspends calls arm_wait(h), which records h and returns a

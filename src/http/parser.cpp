@@ -175,7 +175,8 @@ int Parser::on_header_value(llhttp_t* p, const char* at, std::size_t n) {
 
 int Parser::on_header_value_complete(llhttp_t* p) {
   Parser* s = self(p);
-  HeaderMap& target = s->in_trailers_ ? s->trailers_ : (s->mode_ == Mode::kRequest ? s->req_.headers : s->resp_.headers);
+  HeaderMap& target =
+      s->in_trailers_ ? s->trailers_ : (s->mode_ == Mode::kRequest ? s->req_.headers : s->resp_.headers);
   if (target.size() + 1 > s->limits_.max_headers) {
     return s->fail(s->mode_ == Mode::kRequest ? 431 : 502,
                    "more than " + std::to_string(s->limits_.max_headers) + " header fields");

@@ -80,7 +80,9 @@ class MessageReader {
 
   Parser& parser() { return *parser_; }
   // Bytes received after the current message.
-  std::string_view buffered() const { return buf_ ? std::string_view(buf_ + begin_, end_ - begin_) : std::string_view(); }
+  std::string_view buffered() const {
+    return buf_ ? std::string_view(buf_ + begin_, end_ - begin_) : std::string_view();
+  }
   void discard_buffered() { begin_ = end_ = 0; }
   bool has_buffered() const { return end_ > begin_; }
 

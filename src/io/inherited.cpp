@@ -112,7 +112,9 @@ Listening listen_on(IoContext ctx, InheritedSockets* inherited, const std::strin
   }
   if (!bound.ok()) {
     out.error = "cannot listen on " + endpoint_text(ep) + ": " + bound.error().message();
-    if (out.in_use_waited.count() > 0) out.error += " (still, after " + std::to_string(out.in_use_waited.count()) + " ms)";
+    if (out.in_use_waited.count() > 0) {
+      out.error += " (still, after " + std::to_string(out.in_use_waited.count()) + " ms)";
+    }
     return out;
   }
   out.listener.emplace(std::move(*bound));

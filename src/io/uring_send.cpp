@@ -93,7 +93,9 @@ bool uring_send::leave_slot_locked(UringOp* op) noexcept {
   BackgroundSend& b = background(op);
   if (b.owner == nullptr || op->res != static_cast<int>(b.size)) return false;
   UringOp* expected = op;
-  if (!b.owner->compare_exchange_strong(expected, nullptr, std::memory_order_acq_rel, std::memory_order_relaxed)) return false;
+  if (!b.owner->compare_exchange_strong(expected, nullptr, std::memory_order_acq_rel, std::memory_order_relaxed)) {
+    return false;
+  }
   b.owner = nullptr;
   return true;
 }

@@ -19,8 +19,8 @@ void ReadyWait::start(Socket& s, Interest what, exec::Waker w, std::size_t tag, 
   if (ring == nullptr || !s.is_open()) {
     // A socket of neither driver (closed, or waited on off the workers of an io_uring
     // runtime): the wait fails at once instead of never completing.
-    std::move(w).wake({std::make_error_code(s.is_open() ? std::errc::operation_not_supported : std::errc::bad_file_descriptor), tag},
-                      exec::ScheduleKind::kDriver);
+    const std::errc why = s.is_open() ? std::errc::operation_not_supported : std::errc::bad_file_descriptor;
+    std::move(w).wake({std::make_error_code(why), tag}, exec::ScheduleKind::kDriver);
     return;
   }
   op_ = ring->start_poll(s.native_handle(), what == Interest::kRead ? POLLIN : POLLOUT, std::move(w), tag);

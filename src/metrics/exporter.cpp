@@ -67,7 +67,8 @@ const WorkerField kWorkerFields[] = {
      "I/O driver polls a worker made right after a task poll of at least runtime.driver_visit_after_poll_us.",
      &exec::WorkerCounters::overdue_driver_polls, true, 1},
     {"stealgate_executor_batch_yields_total",
-     "Times a worker gave up its CPU between two batches of its own ring's completions (runtime.yield_between_batches).",
+     "Times a worker gave up its CPU between two batches of its own ring's completions "
+     "(runtime.yield_between_batches).",
      &exec::WorkerCounters::batch_yields, true, 1},
     {"stealgate_executor_long_batch_yields_total",
      "Of those, yields after which the worker waited 2 ms or more for its CPU: a CPU-bound neighbour took it for a "
@@ -161,8 +162,9 @@ void io_uring_families(Families& fs, const std::vector<io::RingStats>& rings) {
                             "ring's worker; other: queued to it by another thread).",
                             MetricType::Counter);
   auto& provided = fs.family("stealgate_executor_io_uring_receive_buffers",
-                             "Receive buffers provided to a worker's ring (4 KiB each; from 32, doubled up to 1024 once "
-                             "more than 1 receive in 16 has kept finding none free for a second; never withdrawn).",
+                             "Receive buffers provided to a worker's ring (4 KiB each; from 32, doubled up to 1024 "
+                             "once more than 1 receive in 16 has kept finding none free for a second; never "
+                             "withdrawn).",
                              MetricType::Gauge);
   auto& in_use = fs.family("stealgate_executor_io_uring_receive_buffers_in_use",
                            "Provided receive buffers of a worker's ring holding received bytes not yet read.",
@@ -218,8 +220,10 @@ void tls_families(Families& fs, proxy::Gateway& gw, const Snap& snap) {
 
 // Client connections and request paths, by listener.
 void downstream_families(Families& fs, proxy::Gateway& gw, const Snap& snap) {
-  auto& conn_active = fs.family("stealgate_downstream_connections_active", "Open client connections.", MetricType::Gauge);
-  auto& conn_total = fs.family("stealgate_downstream_connections_total", "Accepted client connections.", MetricType::Counter);
+  auto& conn_active =
+      fs.family("stealgate_downstream_connections_active", "Open client connections.", MetricType::Gauge);
+  auto& conn_total =
+      fs.family("stealgate_downstream_connections_total", "Accepted client connections.", MetricType::Counter);
   auto& conn_rej = fs.family("stealgate_downstream_connections_rejected_total",
                              "Connections refused at the max_connections limit.", MetricType::Counter);
   auto& acc_err = fs.family("stealgate_downstream_accept_errors_total", "accept() failures.", MetricType::Counter);

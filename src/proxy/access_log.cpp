@@ -31,7 +31,8 @@ void write_access_log(const RequestContext& c, const http::RequestHead& req, uin
   if (!logger) return;
   if (log::access_json()) {
     logger->info(
-        R"("client":{},"method":{},"target":{},"route":{},"cluster":{},"endpoint":{},"status":{},"bytes_in":{},"bytes_out":{},"duration_ms":{:.3f},"attempts":{},"request_id":{}{}{}}})",
+        R"("client":{},"method":{},"target":{},"route":{},"cluster":{},"endpoint":{},"status":{},)"
+        R"("bytes_in":{},"bytes_out":{},"duration_ms":{:.3f},"attempts":{},"request_id":{}{}{}}})",
         log::json_quote(c.client), log::json_quote(req.method), log::json_quote(req.target),
         log::json_quote(c.route), log::json_quote(c.cluster), log::json_quote(c.endpoint), c.status, c.bytes_in,
         c.bytes_out, static_cast<double>(duration_us) / 1000.0, c.attempts, log::json_quote(c.request_id.view()),

@@ -91,7 +91,8 @@ exec::Task<Admit> admit(exec::Semaphore* sem, exec::Semaphore::Permit& permit,
     watch_client = false;
   }
   st.queued.fetch_sub(1, std::memory_order_relaxed);
-  st.wait.observe(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(exec::tick_now() - t0).count()));
+  const auto waited = std::chrono::duration_cast<std::chrono::nanoseconds>(exec::tick_now() - t0);
+  st.wait.observe(static_cast<uint64_t>(waited.count()));
   co_return out;
 }
 

@@ -33,8 +33,9 @@ namespace {
 // frame of a few hundred bytes.
 constexpr std::size_t kFewPieces = 8;
 
-exec::Task<std::error_code> write_few(io::Stream& dst, std::string_view prefix, std::span<const std::string_view> pieces,
-                                      std::string_view suffix, io::Deadline dl) {
+exec::Task<std::error_code> write_few(io::Stream& dst, std::string_view prefix,
+                                      std::span<const std::string_view> pieces, std::string_view suffix,
+                                      io::Deadline dl) {
   std::array<std::string_view, kFewPieces + 2> bufs;
   std::size_t n = 0;
   if (!prefix.empty()) bufs[n++] = prefix;
@@ -81,8 +82,9 @@ exec::Task<std::error_code> write_grouped(io::Stream& dst, std::string_view pref
 
 }  // namespace
 
-exec::Task<std::error_code> write_body(io::Stream& dst, std::string_view prefix, std::span<const std::string_view> pieces,
-                                       bool chunked, std::string_view suffix, io::Deadline dl) {
+exec::Task<std::error_code> write_body(io::Stream& dst, std::string_view prefix,
+                                       std::span<const std::string_view> pieces, bool chunked,
+                                       std::string_view suffix, io::Deadline dl) {
   if (!chunked && pieces.size() <= kFewPieces) return write_few(dst, prefix, pieces, suffix, dl);
   return write_grouped(dst, prefix, pieces, chunked, suffix, dl);
 }
@@ -113,11 +115,11 @@ exec::Task<bool> Http1Response::send_interim(const http::ResponseHead& resp) {
 
 void Http1Response::start(const http::ResponseHead& resp, bool keep_alive) {
   const bool bodiless = resp.body == http::BodyKind::kNone;
-  chunked_up_ = resp.body == http::BodyKind::kChunked;
+  const bool chunked_up = resp.body == http::BodyKind::kChunked;
   until_close_ = resp.body == http::BodyKind::kUntilClose;
   // Re-framed for the client: chunked stays chunked for 1.1; a close-delimited body is
   // chunked for 1.1 clients and close-delimited for 1.0 ones.
-  chunked_ = !bodiless && !http10_ && (chunked_up_ || until_close_);
+  chunked_ = !bodiless && !http10_ && (chunked_up || until_close_);
   keep_ = keep_alive && !http10_;
   head_.str().clear();
   append_client_response_head(head_.str(), resp, resp.reason.empty() ? http::reason_phrase(resp.status) : resp.reason,
@@ -127,8 +129,8 @@ void Http1Response::start(const http::ResponseHead& resp, bool keep_alive) {
 exec::Task<std::error_code> Http1Response::send_body(std::span<const std::string_view> pieces, bool done,
                                                      const http::HeaderMap& trailers) {
   std::string tail;
-  if (done && chunked_) tail = chunked_up_ ? last_chunk(trailers, route_ != nullptr ? &route_->response_headers : nullptr)
-                                          : last_chunk({}, nullptr);
+  // (Only a chunked upstream body has trailers: a close-delimited one leaves them empty.)
+  if (done && chunked_) tail = last_chunk(trailers, route_ != nullptr ? &route_->response_headers : nullptr);
   // The head leaves with whatever body arrived with it; a body still on its way never
   // holds the head back (streaming responses).
   if (head_sent_ && pieces.empty() && tail.empty()) co_return std::error_code{};

@@ -102,14 +102,14 @@ class Http1Response final : public DownstreamResponse {
   io::PooledString head_;
   bool head_sent_ = false;
   bool chunked_ = false;     // re-framed as chunks for the client
-  bool chunked_up_ = false;  // the upstream sent chunks (its trailers are forwarded)
   bool until_close_ = false;
   bool keep_ = false;
 };
 
 // Writes decoded body pieces to `dst`, framed as chunks when `chunked`, after `prefix` (a
 // message head not sent yet) and before `suffix` (the last chunk), in gathered writes.
-exec::Task<std::error_code> write_body(io::Stream& dst, std::string_view prefix, std::span<const std::string_view> pieces,
-                                       bool chunked, std::string_view suffix, io::Deadline dl);
+exec::Task<std::error_code> write_body(io::Stream& dst, std::string_view prefix,
+                                       std::span<const std::string_view> pieces, bool chunked,
+                                       std::string_view suffix, io::Deadline dl);
 
 }  // namespace sg::proxy

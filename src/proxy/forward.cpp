@@ -313,8 +313,8 @@ exec::Task<Verdict> Exchange::attempt() {
   }
   sent_at_ = exec::tick_now();
   head_time_recorded_ = false;
-  if (std::error_code ec = co_await write_body(up_, head_bytes_.str(), early_body_.chunks, chunked_request_, early_tail_,
-                                               io::Deadline::after(rcfg_.timeout))) {
+  if (std::error_code ec = co_await write_body(up_, head_bytes_.str(), early_body_.chunks, chunked_request_,
+                                               early_tail_, io::Deadline::after(rcfg_.timeout))) {
     co_return head_not_sent(ec);
   }
   http::ParserLimits up_limits;
@@ -537,7 +537,8 @@ Verdict Exchange::judge_final() {
   // 5xx retries: idempotent, bodiless requests only (a streamed body is gone).
   const bool gw_err = resp.status == 502 || resp.status == 503 || resp.status == 504;
   if (idempotent_ && !has_body_ &&
-      can_retry(retry_on(rcfg_, config::RetryOn::k5xx) || (gw_err && retry_on(rcfg_, config::RetryOn::kGatewayError)))) {
+      can_retry(retry_on(rcfg_, config::RetryOn::k5xx) ||
+                (gw_err && retry_on(rcfg_, config::RetryOn::kGatewayError)))) {
     up_.close();
     return then(Next::kRetry);
   }

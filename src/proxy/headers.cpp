@@ -43,7 +43,9 @@ Field classify(std::string_view n) {
     case 14: return is(n, "content-length") ? Field::kContentLength : Field::kOther;
     case 15: return is(n, "x-forwarded-for") ? Field::kForwardedFor : Field::kOther;
     case 16:
-      return is(n, "proxy-connection") ? Field::kHopByHop : is(n, "x-forwarded-host") ? Field::kForwardedHost : Field::kOther;
+      return is(n, "proxy-connection")   ? Field::kHopByHop
+             : is(n, "x-forwarded-host") ? Field::kForwardedHost
+                                         : Field::kOther;
     case 17:
       return is(n, "transfer-encoding")   ? Field::kHopByHop
              : is(n, "x-forwarded-proto") ? Field::kForwardedProto

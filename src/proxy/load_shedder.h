@@ -50,8 +50,11 @@ class DelayDetector {
     const int64_t interval = interval_ns_.load(std::memory_order_relaxed);
     if (ns(delay) < target) {
       // Below target: the queue drained at least once; no standing queue.
-      if (above_since_ns_.load(std::memory_order_relaxed) != kNone) above_since_ns_.store(kNone, std::memory_order_relaxed);
-      if (shedding_.load(std::memory_order_relaxed) && t - last_refusal_ns_.load(std::memory_order_relaxed) >= interval) {
+      if (above_since_ns_.load(std::memory_order_relaxed) != kNone) {
+        above_since_ns_.store(kNone, std::memory_order_relaxed);
+      }
+      if (shedding_.load(std::memory_order_relaxed) &&
+          t - last_refusal_ns_.load(std::memory_order_relaxed) >= interval) {
         shedding_.store(false, std::memory_order_relaxed);
       }
       return;

@@ -232,7 +232,8 @@ std::string normalize_request(http::RequestHead& req, const http::PathOptions& o
   }
   if (r.changed) st.paths_normalized.fetch_add(1, std::memory_order_relaxed);
   if (!http::normalize_authority(req.authority)) {
-    st.paths_rejected[static_cast<std::size_t>(http::PathError::kMalformedEncoding)].fetch_add(1, std::memory_order_relaxed);
+    const auto reason = static_cast<std::size_t>(http::PathError::kMalformedEncoding);
+    st.paths_rejected[reason].fetch_add(1, std::memory_order_relaxed);
     return "host refused: percent-encoded or empty";
   }
   return {};

@@ -137,7 +137,8 @@ std::string check_ca_file(const std::string& file) {
 std::string check_ciphers(const std::string& list, bool tls13) {
   Owned<SSL_CTX> ctx(SSL_CTX_new(TLS_server_method()));
   if (!ctx) return "OpenSSL could not make a context: " + openssl_reason();
-  const int ok = tls13 ? SSL_CTX_set_ciphersuites(ctx.get(), list.c_str()) : SSL_CTX_set_cipher_list(ctx.get(), list.c_str());
+  const int ok =
+      tls13 ? SSL_CTX_set_ciphersuites(ctx.get(), list.c_str()) : SSL_CTX_set_cipher_list(ctx.get(), list.c_str());
   if (ok != 1) {
     ERR_clear_error();
     return "\"" + list + "\" names no cipher " + (tls13 ? "suite OpenSSL knows (e.g. TLS_AES_128_GCM_SHA256)"

@@ -39,7 +39,8 @@ std::shared_ptr<ClientContext> ClientContext::build(const config::ClusterTls& cf
       error = cfg.cert + ": " + openssl_reason();
       return nullptr;
     }
-    if (SSL_CTX_use_PrivateKey_file(ctx, cfg.key.c_str(), SSL_FILETYPE_PEM) != 1 || SSL_CTX_check_private_key(ctx) != 1) {
+    if (SSL_CTX_use_PrivateKey_file(ctx, cfg.key.c_str(), SSL_FILETYPE_PEM) != 1 ||
+        SSL_CTX_check_private_key(ctx) != 1) {
       error = cfg.key + ": " + openssl_reason();
       return nullptr;
     }

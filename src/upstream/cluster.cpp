@@ -77,9 +77,10 @@ Cluster::Cluster(config::ClusterSection cfg, std::vector<std::shared_ptr<Endpoin
     names.push_back(e->name());
     has_names_ = has_names_ || !is_ip_literal({e->host(), e->address().port()});
   }
-  lb_ = make_load_balancer(
-      cfg_.lb, weights, [this](int i) { return endpoints_[static_cast<std::size_t>(i)]->active.load(std::memory_order_relaxed); },
-      names);
+  auto active = [this](int i) {
+    return endpoints_[static_cast<std::size_t>(i)]->active.load(std::memory_order_relaxed);
+  };
+  lb_ = make_load_balancer(cfg_.lb, weights, active, names);
 }
 
 namespace {
