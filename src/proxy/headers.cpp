@@ -108,10 +108,6 @@ bool named_in(const std::vector<std::pair<std::string, std::string>>& fields, st
   return false;
 }
 
-bool suppressed_by(const config::HeaderOps* ops, std::string_view name) {
-  return ops != nullptr && (named_in(ops->remove, name) || named_in(ops->set, name));
-}
-
 // Writes header lines into a head being built, applying the route's header operations
 // on the way (remove, then set, then add: a removed or set name never passes through).
 // A line grows the head once and is copied into it: four appends per line (name, ": ",
@@ -158,7 +154,9 @@ class HeadWriter {
     if (!s.empty()) std::memcpy(to, s.data(), s.size());  // (an empty view's data may be null)
     return to + s.size();
   }
-  bool suppressed(std::string_view name) const { return suppressed_by(ops_, name); }
+  bool suppressed(std::string_view name) const {
+    return ops_ != nullptr && (named_in(ops_->remove, name) || named_in(ops_->set, name));
+  }
   std::string& out_;
   const config::HeaderOps* ops_;
 };
@@ -386,9 +384,9 @@ RequestId RequestId::for_request(const http::RequestHead& req) {
 
 std::string last_chunk(const http::HeaderMap& trailers, const config::HeaderOps* ops, std::string_view owned) {
   std::string out = "0\r\n";
+  HeadWriter w(out, ops);  // (leaves out what `ops` removes or sets; no finish(): nothing is added)
   for (const auto& t : trailers) {
-    if (classify(t.name) != Field::kOther || suppressed_by(ops, t.name) || http::iequals(t.name, owned)) continue;
-    out += t.name + ": " + t.value + "\r\n";
+    if (classify(t.name) == Field::kOther && !http::iequals(t.name, owned)) w.field(t.name, t.value);
   }
   out += "\r\n";
   return out;
