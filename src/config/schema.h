@@ -239,6 +239,9 @@ struct RouteSection {
   Duration timeout{15'000};   // upstream response (first byte of the response head)
   RetrySection retries;
   std::size_t max_concurrent_requests = 0;
+  // Request body bytes read before admission and before an upstream is picked (0: the
+  // body streams as it arrives); proxy/request_body.h.
+  std::size_t request_buffering = 0;
   // Upgrade protocols forwarded (lower-case names, no version); any other is dropped and
   // the request goes upstream as plain HTTP/1.1 (h2c smuggling).
   std::vector<std::string> upgrades{"websocket"};

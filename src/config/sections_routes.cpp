@@ -276,6 +276,13 @@ const Table<RouteSection>& route_table() {
        F::section("retries", &R::retries, retries_table(), "when and how often a request is tried again"),
        F::number("max_concurrent_requests", &R::max_concurrent_requests, 0, 100'000'000,
                  "per-route admission limit (`0` = none)"),
+       F::size("request_buffering", &R::request_buffering,
+               "request body bytes read before the request is admitted and an upstream is picked: a body that "
+               "completes within them goes upstream whole, once it has all arrived, so a client that sends "
+               "slowly holds no admission permit and no upstream connection meanwhile (nginx buffers bodies "
+               "by default: thread-per-connection upstreams such as gunicorn's sync workers need this); a "
+               "larger body streams on after them. stealgate answers `Expect: 100-continue` itself. `0`: "
+               "bodies stream to the upstream as they arrive"),
        F::strings("upgrades", &R::upgrades,
                   "protocols a client may switch to through this route (`Upgrade:`); `[]` allows none",
                   protocol_name)},

@@ -40,11 +40,12 @@ struct RequestContext {
 };
 
 class DownstreamResponse;  // proxy/downstream.h
+struct BufferedBody;       // proxy/request_body.h
 
 // Everything forward() needs about the downstream side.
 struct Downstream {
   io::Stream& client;
-  http::MessageReader& reader;  // the request head is parsed; its body is unread
+  http::MessageReader& reader;  // the request head is parsed; its body is unread but for `buffered`
   DownstreamResponse& response;  // where the response goes, framed for the client's protocol
   const config::ListenerSection& listener;
   bool draining = false;
@@ -54,6 +55,8 @@ struct Downstream {
   // the next request, and with writes completing asynchronously (io_uring) that request
   // could otherwise find the permit still held.
   std::span<exec::Semaphore::Permit> permits;
+  // The body read before admission (routes[].request_buffering); null: none was.
+  const BufferedBody* buffered = nullptr;
   void release_admission() {
     for (exec::Semaphore::Permit& p : permits) p.reset();
   }

@@ -23,6 +23,7 @@
 #include "proxy/exchange.h"
 #include "proxy/headers.h"
 #include "proxy/local_reply.h"
+#include "proxy/request_body.h"
 #include "proxy/retry.h"
 
 namespace sg::proxy {
@@ -232,9 +233,13 @@ Verdict Exchange::prepare() {
     hash_ = upstream::hash64(hv != nullptr ? std::string_view(*hv) : std::string_view(ctx_.client_ip));
   }
   if (!has_body_ || req_.expect_continue) return go_on();
-  // A small body that came with the head leaves with it: one write upstream, not two.
-  down_.reader.top_up(req_.body);
-  early_body_ = down_.reader.buffered_body();
+  if (down_.buffered != nullptr) {
+    early_body_ = down_.buffered->as_read();
+  } else {
+    // A small body that came with the head leaves with it: one write upstream, not two.
+    down_.reader.top_up(req_.body);
+    early_body_ = down_.reader.buffered_body();
+  }
   if (early_body_.status != http::ReadStatus::kOk) {
     int st = down_.reader.parser().error_status();
     ctx_.note = "bad request body: " + down_.reader.parser().error_detail();

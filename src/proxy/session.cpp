@@ -22,6 +22,7 @@
 #include "proxy/headers.h"
 #include "proxy/local_reply.h"
 #include "proxy/peer.h"
+#include "proxy/request_body.h"
 
 namespace sg::proxy {
 
@@ -95,6 +96,24 @@ struct Handled {
   bool keep_alive = false;
 };
 
+// The reply a route makes itself (direct_response, redirect), if it makes one.
+std::optional<LocalReply> route_reply(const config::RouteSection& r) {
+  if (r.direct_response) {
+    LocalReply lr;
+    lr.status = r.direct_response->status;
+    lr.body = r.direct_response->body;
+    lr.headers = r.direct_response->headers;
+    return lr;
+  }
+  if (r.redirect) {
+    LocalReply lr;
+    lr.status = r.redirect->status;
+    lr.headers.emplace_back("Location", r.redirect->location);
+    return lr;
+  }
+  return std::nullopt;
+}
+
 // Max-Forwards on OPTIONS (RFC 9110 §7.6.2; TRACE, the other method it applies to, the
 // parser refuses): 0 makes stealgate the final recipient, which answers itself; a larger
 // value goes upstream decremented. Returns the reply stealgate makes, if it makes one.
@@ -161,21 +180,19 @@ exec::Task<Handled> handle_request(Gateway& gw, const std::shared_ptr<const Snap
   const config::RouteSection& r = *route->cfg;
   response.set_route(r);
 
-  if (r.direct_response) {
-    LocalReply lr;
-    lr.status = r.direct_response->status;
-    lr.body = r.direct_response->body;
-    lr.headers = r.direct_response->headers;
-    co_return co_await local(lr);
-  }
-  if (r.redirect) {
-    LocalReply lr;
-    lr.status = r.redirect->status;
-    lr.headers.emplace_back("Location", r.redirect->location);
-    co_return co_await local(lr);
-  }
-
+  if (std::optional<LocalReply> own = route_reply(r)) co_return co_await local(*own);
   if (std::optional<LocalReply> own = apply_max_forwards(req, ctx.note)) co_return co_await local(*own);
+
+  BufferedBody buffered;
+  if (has_body && r.request_buffering > 0) {
+    BufferingResult b = co_await buffer_request_body(reader, response, lcfg, r.request_buffering, buffered, ctx.note);
+    if (b.client_gone) co_return Handled{false};
+    if (b.status != 0) {
+      LocalReply lr;
+      lr.status = b.status;
+      co_return co_await local(lr);
+    }
+  }
 
   // Admission: global, then route, then cluster. Rejections never touch an upstream.
   exec::Semaphore::Permit permits[kAdmissionLevels];
@@ -200,7 +217,8 @@ exec::Task<Handled> handle_request(Gateway& gw, const std::shared_ptr<const Snap
       std::any_of(std::begin(permits), std::end(permits), [](const exec::Semaphore::Permit& p) { return bool(p); });
   if (holds_permit) exec::set_current_task_priority(true);
 
-  Downstream down{client, reader, response, lcfg, gw.draining(), permits};
+  Downstream down{client, reader, response, lcfg, gw.draining(), permits,
+                  has_body && r.request_buffering > 0 ? &buffered : nullptr};
   ForwardResult fr = co_await forward(gw, *snap, *route, down, ctx);
   co_return Handled{fr.client_reusable};
 }

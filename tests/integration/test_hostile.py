@@ -62,11 +62,12 @@ class AppCase(unittest.TestCase):
     upstream's log is cleared before each test."""
     ROUTES = DENY_ROUTES
     LISTENERS = None
+    EXTRA = ""
 
     @classmethod
     def setUpClass(cls):
         cls.up = Upstream("app")
-        cls.sg = Stealgate(config(listeners=cls.LISTENERS, routes=cls.ROUTES,
+        cls.sg = Stealgate(config(listeners=cls.LISTENERS, routes=cls.ROUTES, extra=cls.EXTRA,
                                   clusters=f"  - name: app\n    endpoints: [{cls.up.address}]\n"))
 
     @classmethod
@@ -397,6 +398,92 @@ class DeadEndpointTest(unittest.TestCase):
             sg.stop()
             for d in dead:
                 d.close()
+
+
+def buffering_route(name, extra=""):
+    return (f"  - name: {name}\n    match: {{ path_prefix: /{name} }}\n    cluster: app\n"
+            f"    max_concurrent_requests: 1\n{extra}")
+
+
+class RequestBufferingTest(AppCase):
+    """routes[].request_buffering: a slow client's body is read before admission, so it holds
+    no permit and no upstream meanwhile (the slow-POST attack on thread-per-connection
+    upstreams); /streamed is the same route without it."""
+    ROUTES = (buffering_route("buffered", "    request_buffering: 64KiB\n")
+              + buffering_route("small", "    request_buffering: 1KiB\n") + buffering_route("streamed"))
+    LISTENERS = "  - name: public\n    address: 127.0.0.1:0\n    body_timeout: 1s\n"
+    EXTRA = "limits:\n  queue_timeout: 50ms\n"
+
+    def in_flight(self):
+        return self.sg.metric("stealgate_upstream_requests_active", cluster="app")
+
+    def post(self, path, body=b"x"):
+        return raw(self.sg.port, f"POST {path} HTTP/1.1\r\nHost: h\r\nContent-Length: {len(body)}\r\n"
+                                 f"Connection: close\r\n\r\n".encode() + body)[0]
+
+    def test_a_slow_body_holds_no_permit_and_no_upstream(self):
+        for path, buffered in (("/buffered", True), ("/streamed", False)):
+            with self.subTest(path=path):
+                slow = Client(self.sg.port)
+                slow.send(f"POST {path} HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n\r\nabcde".encode())
+                time.sleep(0.3)
+                # Buffering: nothing is in flight, and the route's one permit is free.
+                self.assertEqual(self.in_flight(), 0 if buffered else 1)
+                self.assertEqual(self.post(path), 200 if buffered else 503)
+                slow.send(b"fghij")
+                r = slow.read_response()
+                self.assertEqual(r.status, 200)
+                self.assertEqual(r.json()["body"], "abcdefghij")
+                slow.close()
+
+    def test_expect_100_continue_is_answered_before_any_upstream_is_asked(self):
+        c = Client(self.sg.port)
+        c.send(b"POST /buffered HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")
+        interim = c.read_response()
+        self.assertEqual(interim.status, 100)
+        self.assertEqual(self.in_flight(), 0)
+        c.send(b"hello")
+        r = c.read_response()
+        self.assertEqual(r.status, 200)
+        info = r.json()
+        self.assertEqual(info["body"], "hello")
+        self.assertNotIn("expect", [k.lower() for k, _ in info["headers"]], "the 100 was ours to give")
+        c.close()
+
+    def test_a_body_longer_than_the_buffer_streams_on_whole(self):
+        c = Client(self.sg.port)
+        body = bytes(range(256)) * 80  # 20 KiB through a 1 KiB buffer
+        c.send(f"POST /small HTTP/1.1\r\nHost: h\r\nContent-Length: {len(body)}\r\n\r\n".encode())
+        for i in range(0, len(body), 4096):
+            c.send(body[i:i + 4096])
+            time.sleep(0.02)
+        r = c.read_response()
+        self.assertEqual(r.status, 200)
+        self.assertEqual(r.json()["body"].encode("latin-1"), body)
+        c.close()
+
+    def test_a_chunked_body_keeps_its_trailers(self):
+        c = Client(self.sg.port)
+        c.send(b"POST /buffered HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n")
+        time.sleep(0.1)
+        c.send(b"2\r\nde\r\n0\r\nX-Checksum: 5\r\n\r\n")
+        info = c.read_response().json()
+        self.assertEqual(info["body"], "abcde")
+        self.assertEqual(info["trailers"], {"x-checksum": "5"})
+        c.close()
+
+    def test_a_body_that_stops_or_stalls_never_reaches_the_upstream(self):
+        c = Client(self.sg.port)
+        c.send(b"POST /buffered HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n\r\nabc")
+        self.assertEqual(c.read_response().status, 408, "body_timeout is 1s")
+        c.close()
+        gone = Client(self.sg.port)
+        gone.send(b"POST /buffered HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n\r\nabc")
+        time.sleep(0.1)
+        gone.close()
+        time.sleep(0.2)
+        self.assertEqual(self.up.log(), [])
+        self.assertEqual(self.post("/buffered", b"ok"), 200)
 
 
 if __name__ == "__main__":
