@@ -204,7 +204,8 @@ const Table<RetrySection>& retries_table() {
       "routes[].retries",
       {F::number("attempts", &R::attempts, 0, 10,
                  "retries of a request an upstream has seen (`reset`, `5xx`, `gateway_error`, `timeout`); only "
-                 "idempotent requests without a body are retried after anything was sent"),
+                 "idempotent requests are retried after anything was sent, and only those without a body or "
+                 "whose body the route's `request_buffering` read whole"),
        F::choices("on", &R::on,
                   std::vector<std::pair<std::string, RetryOn>>{{"connect_failure", RetryOn::kConnectFailure},
                                                                {"reset", RetryOn::kReset},

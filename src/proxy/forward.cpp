@@ -120,6 +120,7 @@ class Exchange {
         idempotent_(is_idempotent(req_.method)),
         has_body_(req_.body != http::BodyKind::kNone),
         chunked_request_(req_.body == http::BodyKind::kChunked),
+        resendable_(idempotent_ && (!has_body_ || (down.buffered != nullptr && down.buffered->done))),
         cluster_active_(cluster_.stats().active),
         budget_(cluster_, rcfg_.retries),
         max_attempts_(1 + rcfg_.retries.attempts),
@@ -170,6 +171,9 @@ class Exchange {
   const bool idempotent_;
   const bool has_body_;
   const bool chunked_request_;
+  // May be sent again after an upstream saw it (timeout, reset and 5xx retries): idempotent,
+  // with no body or one held whole (routes[].request_buffering); a streamed body is gone.
+  const bool resendable_;
   InFlight cluster_active_;
   RetryBudget budget_;
   const uint32_t max_attempts_;
@@ -507,7 +511,7 @@ Verdict Exchange::judge_head_read() {
       cluster_.stats().timeouts.fetch_add(1, std::memory_order_relaxed);
       gw_.stats().upstream_timeouts.fetch_add(1, std::memory_order_relaxed);
       cluster_.record_failure(*ep_);
-      if (idempotent_ && !has_body_ && can_retry(retry_on(rcfg_, config::RetryOn::kTimeout))) return then(Next::kRetry);
+      if (resendable_ && can_retry(retry_on(rcfg_, config::RetryOn::kTimeout))) return then(Next::kRetry);
       ctx_.note = "upstream response timeout";
       return reply_with(504, false);
     case http::ReadStatus::kClosed:
@@ -515,7 +519,7 @@ Verdict Exchange::judge_head_read() {
       up_.close();
       if (reused_ && !hr_.partial && (idempotent_ || !has_body_) && !body_started_) return then(Next::kReplay);
       cluster_.record_failure(*ep_);
-      if (idempotent_ && !has_body_ && !hr_.partial && can_retry(retry_on(rcfg_, config::RetryOn::kReset))) {
+      if (resendable_ && !hr_.partial && can_retry(retry_on(rcfg_, config::RetryOn::kReset))) {
         return then(Next::kRetry);
       }
       ctx_.note = "upstream closed the connection before responding";
@@ -539,11 +543,10 @@ Verdict Exchange::judge_final() {
     return go_on();
   }
   cluster_.record_failure(*ep_);
-  // 5xx retries: idempotent, bodiless requests only (a streamed body is gone).
+  // 5xx retries: resendable requests only.
   const bool gw_err = resp.status == 502 || resp.status == 503 || resp.status == 504;
-  if (idempotent_ && !has_body_ &&
-      can_retry(retry_on(rcfg_, config::RetryOn::k5xx) ||
-                (gw_err && retry_on(rcfg_, config::RetryOn::kGatewayError)))) {
+  if (resendable_ && can_retry(retry_on(rcfg_, config::RetryOn::k5xx) ||
+                               (gw_err && retry_on(rcfg_, config::RetryOn::kGatewayError)))) {
     up_.close();
     return then(Next::kRetry);
   }

@@ -455,10 +455,11 @@ class DnsRefreshTest(unittest.TestCase):
 
 
 class RetryTest(unittest.TestCase):
-    def cfg(self, endpoints, retries, extra="    outlier_detection: { consecutive_failures: 0 }\n"):
+    def cfg(self, endpoints, retries, extra="    outlier_detection: { consecutive_failures: 0 }\n", route_extra=""):
         return config(
             clusters=f"  - name: app\n    endpoints: [{endpoints}]\n{extra}",
-            routes=f"  - name: app\n    match: {{ path_prefix: / }}\n    cluster: app\n    retries: {retries}\n")
+            routes=f"  - name: app\n    match: {{ path_prefix: / }}\n    cluster: app\n    retries: {retries}\n"
+                   + route_extra)
 
     def test_connect_failures_are_retried_on_another_endpoint(self):
         good, dead = Upstream("good"), RefusingAddress()
@@ -489,6 +490,24 @@ class RetryTest(unittest.TestCase):
             self.assertEqual(len(bad_posts) + len(good_posts), 10)
         finally:
             sg.stop(), bad.stop(), good.stop()
+
+    def test_an_idempotent_request_with_a_buffered_body_is_retried_whole(self):
+        # A streamed body is gone once sent; one read whole before (request_buffering) is
+        # sent again, as HAProxy's retries and nginx's buffered bodies allow.
+        for buffering, expect_all_ok in (("    request_buffering: 64KiB\n", True), ("", False)):
+            bad, good = Upstream("bad", fail_status=503), Upstream("good")
+            sg = Stealgate(self.cfg(f"{bad.address}, {good.address}", "{ attempts: 1, on: [5xx] }",
+                                    route_extra=buffering))
+            try:
+                c = Client(sg.port)
+                puts = [c.request("PUT", "/", body=b"payload").status for _ in range(10)]
+                if expect_all_ok:
+                    self.assertEqual(puts, [200] * 10)
+                    self.assertEqual([e["body_len"] for e in good.log() if e["method"] == "PUT"], [7] * 10)
+                else:
+                    self.assertIn(503, puts, "a streamed body cannot be sent again")
+            finally:
+                sg.stop(), bad.stop(), good.stop()
 
     def test_retry_budget_bounds_retries(self):
         bad, good = Upstream("bad", fail_status=503), Upstream("good")
