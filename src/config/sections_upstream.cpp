@@ -14,7 +14,7 @@ const Table<EndpointSection>& endpoint_table() {
                   "`host:port`; a name is resolved at load and reload, and again every `dns_refresh`")
            .require(),
        F::number("weight", &EndpointSection::weight, 1, 10000,
-                "share of the traffic relative to the other endpoints")}};
+                 "share of the traffic relative to the other endpoints")}};
   return t;
 }
 
@@ -58,7 +58,7 @@ const Table<HealthCheckSection>& health_check_table() {
        F::duration("interval", &H::interval, "time between checks of each endpoint"),
        F::duration("timeout", &H::timeout, "a check without a response by then failed"),
        F::number("healthy_threshold", &H::healthy_threshold, 1, 1000,
-                "passed checks in a row that bring an endpoint back"),
+                 "passed checks in a row that bring an endpoint back"),
        F::number("unhealthy_threshold", &H::unhealthy_threshold, 1, 1000, "failed checks in a row that take it out"),
        expected_status()}};
   return t;

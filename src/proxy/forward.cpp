@@ -154,10 +154,8 @@ class Exchange {
   Verdict client_write_failed();
   Verdict release_upstream();  // to the pool after a clean exchange, else closed
   std::string request_last_chunk() const {
-    const auto& tls = down_.listener.tls;
-    const bool subject_owned = tls && tls->client_auth != config::ClientAuth::kOff;  // (session.cpp)
     return last_chunk(down_.reader.parser().trailers(), &rcfg_.request_headers,
-                      subject_owned ? std::string_view(tls->client_subject_header) : std::string_view{});
+                      client_subject_header(down_.listener));
   }
 
   Gateway& gw_;

@@ -54,6 +54,14 @@ void append_client_response_head(std::string& out, const http::ResponseHead& res
                                  const config::RouteSection* route, bool chunked_to_client, bool close,
                                  bool upgrade);
 
+// The header that carries the verified client-certificate subject upstream from this
+// listener's connections (mTLS on); "" where none does. A client's field of that name is
+// never passed on, in the head or in a trailer.
+inline std::string_view client_subject_header(const config::ListenerSection& l) {
+  return l.tls && l.tls->client_auth != config::ClientAuth::kOff ? std::string_view(l.tls->client_subject_header)
+                                                                  : std::string_view{};
+}
+
 // The last chunk of a chunked body, with those of `trailers` that may pass. A trailer
 // passes only where the same field would pass unchanged in a head: never a framing,
 // hop-by-hop or forwarding field, one the route's header operations `ops` remove or set,

@@ -183,8 +183,9 @@ exec::Task<Handled> handle_request(Gateway& gw, const std::shared_ptr<const Snap
   if (std::optional<LocalReply> own = route_reply(r)) co_return co_await local(*own);
   if (std::optional<LocalReply> own = apply_max_forwards(req, ctx.note)) co_return co_await local(*own);
 
+  const bool buffering = has_body && r.request_buffering > 0;
   BufferedBody buffered;
-  if (has_body && r.request_buffering > 0) {
+  if (buffering) {
     BufferingResult b = co_await buffer_request_body(reader, response, lcfg, r.request_buffering, buffered, ctx.note);
     if (b.client_gone) co_return Handled{false};
     if (b.status != 0) {
@@ -217,8 +218,7 @@ exec::Task<Handled> handle_request(Gateway& gw, const std::shared_ptr<const Snap
       std::any_of(std::begin(permits), std::end(permits), [](const exec::Semaphore::Permit& p) { return bool(p); });
   if (holds_permit) exec::set_current_task_priority(true);
 
-  Downstream down{client, reader, response, lcfg, gw.draining(), permits,
-                  has_body && r.request_buffering > 0 ? &buffered : nullptr};
+  Downstream down{client, reader, response, lcfg, gw.draining(), permits, buffering ? &buffered : nullptr};
   ForwardResult fr = co_await forward(gw, *snap, *route, down, ctx);
   co_return Handled{fr.client_reusable};
 }
@@ -259,9 +259,9 @@ std::string normalize_request(http::RequestHead& req, const http::PathOptions& o
 
 // The verified client certificate's subject goes upstream in `header`; whatever the
 // client sent under that name never does (it would let anyone claim any identity).
-void pass_client_subject(http::RequestHead& req, const std::string& header, const io::TlsSummary* tls) {
+void pass_client_subject(http::RequestHead& req, std::string_view header, const io::TlsSummary* tls) {
   req.headers.remove(header);
-  if (tls && !tls->peer_subject.empty()) req.headers.add(header, tls->peer_subject);
+  if (tls && !tls->peer_subject.empty()) req.headers.add_copy(header, tls->peer_subject);
 }
 
 // One request, from its parsed head (or failed read) to the access log; returns whether
@@ -303,8 +303,8 @@ exec::Task<bool> serve_request(Gateway& gw, ListenerState& ls, const http::HeadR
     co_await refuse_request(gw, *snap, *lcfg, client, reader, 400, why, peer);
     co_return false;
   }
-  if (lcfg->tls && lcfg->tls->client_auth != config::ClientAuth::kOff) {
-    pass_client_subject(reader.parser().request(), lcfg->tls->client_subject_header, ctx.tls);
+  if (std::string_view header = client_subject_header(*lcfg); !header.empty()) {
+    pass_client_subject(reader.parser().request(), header, ctx.tls);
   }
 
   Handled h = co_await handle_request(gw, snap, *lcfg, client, reader, ctx);
