@@ -90,7 +90,9 @@ struct ListenerState {
 // kFresh: accepted, its first request not begun. Drain leaves it be (the client has sent,
 // or is about to send, a request it cannot know to retry: it gets its answer, with
 // Connection: close, or header_timeout); kIdle, between requests on a keep-alive
-// connection, is what drain closes (a client may retry an idempotent request then).
+// connection with no byte of the next one received, is what drain closes (a client may
+// retry an idempotent request then); kBusy, from the next request's first byte to its
+// response, is answered.
 //
 // The entry lives in its connection's task (no allocation, no list node): the task links
 // it when it starts (Gateway::enter_session) and unlinks it before the task ends

@@ -330,10 +330,13 @@ exec::Task<bool> serve_requests(Gateway& gw, ListenerState& ls, SessionEntry& en
                                 std::shared_ptr<const Snapshot>& lsnap, const config::ListenerSection*& lcfg) {
   http::MessageReader reader(client, http::Parser::Mode::kRequest, parser_limits(*lcfg));
   for (;;) {
-    http::HeadRead hr = co_await reader.read_head(first_byte, lcfg->header_timeout);
+    // Busy from the first byte on (a burst starts only once bytes are here; a fresh
+    // connection was never drain's to close): a drain that finds the head half read
+    // answers it, where closing would reset a request the client cannot know to retry.
     int expected = fresh ? SessionEntry::kFresh : SessionEntry::kIdle;
     fresh = false;
     if (!entry.state.compare_exchange_strong(expected, SessionEntry::kBusy)) co_return false;  // drain closed us
+    http::HeadRead hr = co_await reader.read_head(first_byte, lcfg->header_timeout);
     if (!co_await serve_request(gw, ls, hr, client, reader, who, lsnap, lcfg)) co_return false;
     entry.state.store(SessionEntry::kIdle, std::memory_order_release);
     if (!reader.has_buffered()) co_return true;

@@ -425,6 +425,27 @@ class DrainTest(unittest.TestCase):
         sg.stop()
         up.stop()
 
+    def test_a_request_begun_on_a_keep_alive_connection_is_answered_at_a_drain(self):
+        # Drain closes idle keep-alive connections; one whose next request has begun to
+        # arrive is not idle: closing it would reset a request the client cannot know to retry.
+        up = Upstream("d3")
+        sg = Stealgate(config(clusters=f"  - name: app\n    endpoints: [{up.address}]\n", routes=app_routes()))
+        try:
+            begun, idle = Client(sg.port), Client(sg.port)
+            for c in (begun, idle):
+                self.assertEqual(c.request("GET", "/warm").status, 200)
+            begun.send(b"GET /second HTTP/1.1\r\nHost: h\r\n")
+            time.sleep(0.3 * TIMEOUT_SCALE)  # the half head is read
+            sg.proc.send_signal(signal.SIGTERM)
+            self.assertTrue(idle.closed_by_peer(timeout=2), "idle keep-alive connection not closed on drain")
+            begun.send(b"\r\n")
+            r = begun.read_response()
+            self.assertEqual((r.status, r.header("connection")), (200, "close"))
+            self.assertEqual(sg.proc.wait(10), 0)
+        finally:
+            sg.stop()
+            up.stop()
+
     def test_second_signal_forces_exit(self):
         up = Upstream("d2")
         sg = Stealgate(config(clusters=f"  - name: app\n    endpoints: [{up.address}]\n", routes=app_routes(),
