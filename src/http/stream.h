@@ -1,7 +1,7 @@
 // Reading HTTP/1.x messages from a TCP stream: a growable buffer, the parser, deadlines.
 //
 // Memory: the buffer starts small (4 KiB: a typical head), doubles while a head does not
-// fit (up to what the parser's limits allow, so 431/414 trigger first), is 16 KiB while a
+// fit (up to what the parser's limits allow, so 431/414 trigger first), is 64 KiB while a
 // body streams, and is given back whenever nothing is buffered and the peer has nothing
 // to send yet: an idle keep-alive connection holds no buffer at all (as nginx does).
 //

@@ -36,7 +36,8 @@ struct BufferingResult {
 };
 
 // Reads the body of the request `reader` holds into `out`, until it is complete or `limit`
-// bytes are in, each read within the listener's body_timeout. An `Expect: 100-continue`
+// bytes are in (the read that reaches the limit is kept whole), each read within the
+// listener's body_timeout. An `Expect: 100-continue`
 // is answered here (no upstream is asked yet) and taken off the request. `note` says why
 // where the result is not a success.
 exec::Task<BufferingResult> buffer_request_body(http::MessageReader& reader, DownstreamResponse& response,
