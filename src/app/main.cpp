@@ -342,21 +342,20 @@ int run(const app::Options& opts, const std::vector<std::string>& argv, bool ope
 // --check-config: the file, and what a start would find of the endpoint names in it
 // (systemd runs this before a start and a reload, so it must refuse what the start would).
 int check_config(const std::string& path) {
+  auto refused = [&](std::string_view verdict, std::size_t errors) {
+    std::cerr << "stealgate: configuration " << path << " " << verdict << " (" << errors << " error"
+              << (errors == 1 ? "" : "s") << ")\n";
+    return 1;
+  };
   config::LoadResult r = config::load_file(path);
   if (!r.ok()) {
     std::cerr << r.error_text();
-    std::cerr << "stealgate: configuration " << path << " is invalid (" << r.errors.size() << " error"
-              << (r.errors.size() == 1 ? "" : "s") << ")\n";
-    return 1;
+    return refused("is invalid", r.errors.size());
   }
   const upstream::NameReport names = upstream::look_up_names(*r.config);
   for (const std::string& w : names.warnings) std::cerr << "warning: " << w << "\n";
   for (const std::string& e : names.errors) std::cerr << "error: " << e << "\n";
-  if (!names.errors.empty()) {
-    std::cerr << "stealgate: configuration " << path << " cannot start (" << names.errors.size() << " error"
-              << (names.errors.size() == 1 ? "" : "s") << ")\n";
-    return 1;
-  }
+  if (!names.errors.empty()) return refused("cannot start", names.errors.size());
   std::cout << "stealgate: configuration " << path << " is valid\n";
   return 0;
 }
