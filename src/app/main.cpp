@@ -12,6 +12,7 @@
 #include <cstring>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -271,13 +272,26 @@ class Daemon {
 
   // SIGTERM / SIGINT, or a finished hand-over: graceful drain; a second signal forces it.
   void drain(int sig) {
-    SG_LOG_INFO("received {}, draining (up to {}ms; send it again to force)",
+    const std::string grace = cfg_->drain_idle_grace.count() == 0
+                                  ? ""
+                                  : "; idle keep-alive connections take one more request for " +
+                                        std::to_string(cfg_->drain_idle_grace.count()) + "ms";
+    SG_LOG_INFO("received {}, draining (up to {}ms{}; send it again to force)",
                 sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "SIGUSR2 (binary upgrade)",
-                cfg_->drain_timeout.count());
+                cfg_->drain_timeout.count(), grace);
     notify("STOPPING=1\nSTATUS=draining");
     gw_->begin_drain();
-    auto deadline = std::chrono::steady_clock::now() + cfg_->drain_timeout;
-    while (!gw_->wait_drained(std::chrono::milliseconds(50))) {
+    const auto start = std::chrono::steady_clock::now();
+    const auto deadline = start + cfg_->drain_timeout;
+    // Until the grace ends, an idle keep-alive connection may still take one request (and
+    // close after it): a client that sends on it as the drain begins gets its answer.
+    std::optional<std::chrono::steady_clock::time_point> close_idle_at = start + cfg_->drain_idle_grace;
+    for (;;) {
+      if (close_idle_at && std::chrono::steady_clock::now() >= *close_idle_at) {
+        gw_->close_idle_sessions();
+        close_idle_at.reset();
+      }
+      if (gw_->wait_drained(std::chrono::milliseconds(50))) return;
       timespec zero{0, 0};
       int again = sigtimedwait(&signals_, nullptr, &zero);
       const bool second = again == SIGTERM || again == SIGINT;

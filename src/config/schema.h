@@ -268,6 +268,7 @@ struct Config {
   std::vector<RouteSection> routes;
   LoggingSection logging;
   Duration drain_timeout{30'000};  // graceful shutdown bound
+  Duration drain_idle_grace{0};    // how long a drain leaves idle keep-alive connections open
 
   const ClusterSection* find_cluster(const std::string& name) const;
 };

@@ -3,6 +3,17 @@
 
 namespace sg::config::detail {
 
+namespace {
+
+void check_drain_idle_grace(const MapView& m, Config& c) {
+  if (c.drain_idle_grace <= c.drain_timeout) return;
+  m.ctx().error(m.get("drain_idle_grace"), m.path("drain_idle_grace"),
+                "cannot be longer than drain_timeout (" + format_duration(c.drain_timeout) +
+                    "), which closes every connection");
+}
+
+}  // namespace
+
 const Table<Config>& config_table() {
   using F = Fields<Config>;
   using C = Config;
@@ -16,7 +27,11 @@ const Table<Config>& config_table() {
        F::list("routes", &C::routes, route_table(), "first match in file order wins"),
        F::section("logging", &C::logging, logging_table(), "event and access logs"),
        F::duration("drain_timeout", &C::drain_timeout,
-                   "on SIGTERM: how long in-flight requests may take before connections are closed")}};
+                   "on SIGTERM: how long in-flight requests may take before connections are closed"),
+       F::duration("drain_idle_grace", &C::drain_idle_grace,
+                   "on SIGTERM: how long an idle keep-alive connection stays open for one more request, answered "
+                   "with `Connection: close` (`0`: closed at once; at most `drain_timeout`)")},
+      check_drain_idle_grace};
   return t;
 }
 

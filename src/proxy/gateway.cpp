@@ -434,8 +434,9 @@ void Gateway::begin_drain() {
   listeners_.clear();
   publish_listeners();
   health_.stop();
-  // Idle keep-alive connections are closed now; busy ones finish their response (sent
-  // with Connection: close) and close.
+}
+
+void Gateway::close_idle_sessions() {
   std::lock_guard sk(sessions_mu_);
   for (SessionEntry* e = sessions_; e != nullptr; e = e->next_) {
     int expected = SessionEntry::kIdle;

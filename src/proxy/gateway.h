@@ -10,8 +10,10 @@
 // old one serving) -> bind listeners that are new -> publish the snapshot -> stop
 // listeners that were removed. Listeners whose address is unchanged keep their socket.
 //
-// Drain (SIGTERM): stop accepting, cancel idle keep-alive sessions, let busy ones finish
-// their response (sent with Connection: close), wait up to drain_timeout.
+// Drain (SIGTERM): stop accepting, let busy sessions finish their response (sent with
+// Connection: close), cancel idle keep-alive sessions (at once, or after drain_idle_grace,
+// during which a request that arrives on one is answered and closes it), wait up to
+// drain_timeout.
 #pragma once
 
 #include <atomic>
@@ -127,8 +129,12 @@ class Gateway {
   std::string start(std::shared_ptr<const config::Config> cfg);
   // Applies a validated configuration; on error the previous one keeps serving.
   std::string reload(std::shared_ptr<const config::Config> cfg);
-  // Graceful shutdown, first half: stop accepting, close idle connections.
+  // Graceful shutdown, first half: stop accepting; from now on every response closes its
+  // connection.
   void begin_drain();
+  // Closes the keep-alive connections that wait for a next request with no byte of it
+  // received (after begin_drain: one that is idle now stays idle).
+  void close_idle_sessions();
   // Waits until no session is left, or the timeout passes; true when drained.
   bool wait_drained(std::chrono::milliseconds timeout);
   // Cancels every remaining session (forced shutdown).

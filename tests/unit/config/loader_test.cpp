@@ -196,6 +196,17 @@ routes:
       << e;
 }
 
+TEST(ConfigLoader, DrainIdleGraceIsBoundedByTheDrainTimeout) {
+  const std::string head = "listeners:\n  - address: 127.0.0.1:8080\n";
+  EXPECT_EQ(errors_of(head + "drain_timeout: 2s\ndrain_idle_grace: 3s\n"),
+            "stealgate.yaml:4:19: drain_idle_grace: cannot be longer than drain_timeout (2s), which closes every "
+            "connection\n");
+  LoadResult r = load_string(head + "drain_idle_grace: 2s\n", "stealgate.yaml");
+  ASSERT_TRUE(r.ok()) << r.error_text();
+  EXPECT_EQ(r.config->drain_idle_grace, std::chrono::seconds(2));
+  EXPECT_EQ(load_string(head, "stealgate.yaml").config->drain_idle_grace, Duration{0});  // closed at once
+}
+
 TEST(ConfigLoader, MissingFileIsAnError) {
   LoadResult r = load_file("/nonexistent/stealgate.yaml");
   ASSERT_FALSE(r.ok());

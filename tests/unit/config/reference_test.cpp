@@ -152,6 +152,7 @@ logging:
   access_log: { enabled: false, path: /tmp/access.log, format: json }
   queue_size: 64
 drain_timeout: 5s
+drain_idle_grace: 1s
 )";
 
 // "routes[].match.headers" for each key of a mapping, recursively (list items as "[]").
