@@ -193,6 +193,20 @@ BodyRead MessageReader::buffered_body() {
   return BodyRead{ReadStatus::kOk, {}, parser_->body(), r.event == ParseEvent::kMessageDone};
 }
 
+bool MessageReader::skip_arrived_body() {
+  for (std::size_t taken = 0;;) {
+    BodyRead b = buffered_body();
+    if (b.status != ReadStatus::kOk) return false;
+    if (b.done) return true;
+    if (has_buffered() || taken >= kMostSkipped) return false;
+    reserve_empty(kBodyBuffer);
+    std::optional<io::IoResult> got = s_.try_read(std::span<char>(buf_, size_));
+    if (!got || got->ec || got->n == 0) return false;  // nothing more yet, or the client closed
+    end_ = got->n;
+    taken += got->n;
+  }
+}
+
 exec::Task<BodyRead> MessageReader::read_body(io::Deadline dl) {
   for (;;) {
     BodyRead b = buffered_body();

@@ -77,6 +77,13 @@ class MessageReader {
   // arrived with the head, so they can leave in the same write as the head. No chunks
   // and not done means nothing usable is buffered yet; read_body continues from there.
   BodyRead buffered_body();
+  // For a reply that needs none of the body (stealgate's own): takes the rest of the
+  // current message's body from what is buffered and what the socket holds now, up to
+  // kMostSkipped bytes, without waiting. True when the message is complete, so the
+  // connection can carry the next one; false when more of it is still to come (or it
+  // never will: an `Expect: 100-continue` client waits for a 100), or it is malformed.
+  bool skip_arrived_body();
+  static constexpr std::size_t kMostSkipped = 64 * 1024;
 
   Parser& parser() { return *parser_; }
   // Bytes received after the current message.

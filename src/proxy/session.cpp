@@ -152,6 +152,7 @@ exec::Task<Handled> handle_request(Gateway& gw, const std::shared_ptr<const Snap
   ctx.request_id = RequestId::for_request(req);
 
   const bool has_body = req.body != http::BodyKind::kNone;
+  BufferedBody buffered;  // with routes[].request_buffering
   // Every reply to this request, from stealgate or relayed, goes out through `response`.
   Http1Response response(client, reader, lcfg);
   // Takes a reference: class-type temporaries must not be passed by value into coroutines
@@ -159,8 +160,11 @@ exec::Task<Handled> handle_request(Gateway& gw, const std::shared_ptr<const Snap
   auto local = [&](LocalReply& lr) -> exec::Task<Handled> {
     lr.minor = 1;
     lr.head = req.is_head();
-    // The unread request body makes the connection unusable: close after replying.
-    lr.close = lr.close || has_body || !req.keep_alive || req.is_http10() || gw.draining();
+    lr.close = lr.close || !req.keep_alive || req.is_http10() || gw.draining();
+    // A request body left unread makes the connection unusable: it closes after the reply,
+    // unless the body is here whole already (a small one comes with its head), so that a
+    // refusal (a 503 under overload, a deny route) does not cost the client a new connection.
+    if (!lr.close && has_body && !buffered.done) lr.close = !reader.skip_arrived_body();
     ctx.status = lr.status;
     ctx.bytes_out = local_reply_body_bytes(lr);
     gs.local_replies.fetch_add(1, std::memory_order_relaxed);
@@ -184,13 +188,13 @@ exec::Task<Handled> handle_request(Gateway& gw, const std::shared_ptr<const Snap
   if (std::optional<LocalReply> own = apply_max_forwards(req, ctx.note)) co_return co_await local(*own);
 
   const bool buffering = has_body && r.request_buffering > 0;
-  BufferedBody buffered;
   if (buffering) {
     BufferingResult b = co_await buffer_request_body(reader, response, lcfg, r.request_buffering, buffered, ctx.note);
     if (b.client_gone) co_return Handled{false};
     if (b.status != 0) {
       LocalReply lr;
       lr.status = b.status;
+      lr.close = true;  // the body could not be read: where the next request begins is unknown
       co_return co_await local(lr);
     }
   }

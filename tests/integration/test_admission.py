@@ -224,6 +224,26 @@ class QueueTest(GatewayCase):
         self.assertEqual(got, [200] * 150 + [502] * 50)
         self.assertEqual(gw.metric("stealgate_admission_rejected_total", reason="queue_full", scope="route"), 0)
 
+    def test_a_refusal_keeps_a_connection_whose_request_body_is_here_whole(self):
+        # A 503 under overload should not cost the client a new connection (and a TLS
+        # handshake) when its body came with its head; one with body bytes still to come
+        # closes, as where its next request begins is not known.
+        gw = self.gateway(limited_config(self.up, route_limit=1, queue=0))
+        busy = Call(gw.port, "/slow?ms=3000&id=busy")
+        gw.wait_for(lambda: gw.metric("stealgate_admission_in_flight", scope="route") == 1, 5, "1 in flight")
+        c = Client(gw.port)
+        for _ in range(2):
+            c.send(b"POST /slow?id=refused HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhello")
+            r = c.read_response()
+            self.assertEqual((r.status, r.header("connection")), (503, None))
+        c.send(b"POST /slow?id=refused HTTP/1.1\r\nHost: h\r\nContent-Length: 9\r\n\r\nhello")
+        r = c.read_response()
+        self.assertEqual((r.status, r.header("connection")), (503, "close"))
+        self.assertTrue(c.closed_by_peer())
+        busy.join(10)
+        self.assertEqual(busy.status, 200)
+        self.assertEqual(upstream_ids(self.up), ["busy"])
+
     def test_permits_are_released_on_upstream_error_paths(self):
         gw = self.gateway(limited_config(self.up, route_limit=1, queue=0, timeout="100ms"))
         for path, want in [("/garbage", 502), ("/conflicting-cl", 502), ("/status/500", 500),

@@ -114,6 +114,32 @@ class MatchersTest(unittest.TestCase):
         self.assertEqual(hdrs["x-pot"], "brown")
 
 
+    def test_a_body_that_came_whole_with_its_request_keeps_the_connection(self):
+        # A direct response needs none of the body; one that is here whole is skipped, so
+        # the connection carries the next request instead of closing.
+        c = Client(self.sg.port)
+        c.send(b"POST /tea HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhello")
+        r = c.read_response()
+        self.assertEqual((r.status, r.header("connection")), (418, None))
+        c.send(b"PUT /old HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+               b"GET /exact HTTP/1.1\r\nHost: h\r\n\r\n")  # and a pipelined request after it
+        r = c.read_response()
+        self.assertEqual((r.status, r.header("connection")), (301, None))
+        r = c.read_response()
+        self.assertEqual((r.status, r.body), (200, b"exact"))
+        # A body still to come (here: the client waits for a 100) closes the connection, as
+        # where the next request begins is not known yet.
+        c.send(b"POST /tea HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")
+        r = c.read_response()
+        self.assertEqual((r.status, r.header("connection")), (418, "close"))
+        self.assertTrue(c.closed_by_peer())
+        c = Client(self.sg.port)
+        c.send(b"POST /tea HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n\r\nhello")
+        r = c.read_response()
+        self.assertEqual((r.status, r.header("connection")), (418, "close"))
+        self.assertTrue(c.closed_by_peer())
+
+
 class RewriteTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):

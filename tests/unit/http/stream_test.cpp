@@ -1,6 +1,6 @@
 // MessageReader over a real loopback connection: a head and a small body that arrive
-// together are handed over together (top_up), and top_up never waits for bytes that are
-// not there.
+// together are handed over together (top_up), top_up never waits for bytes that are not
+// there, and skip_arrived_body takes a body only when it is here whole.
 #include "http/stream.h"
 
 #include <gtest/gtest.h>
@@ -119,6 +119,37 @@ TEST(MessageReader, ABodyStreamsInReadsOfUpTo64KiB) {
   const int reads = reads_to_take(post(60000), 60000);
   EXPECT_GE(reads, 1);
   EXPECT_LE(reads, 2);
+}
+
+// skip_arrived_body's answer, and the bytes it left buffered after the message.
+struct Skipped {
+  bool complete = false;
+  std::string after;
+};
+
+Skipped skip(const std::string& bytes) {
+  return after_head(bytes, Skipped{false, "failed"}, [](MessageReader& reader) -> exec::Task<Skipped> {
+    const bool complete = reader.skip_arrived_body();
+    co_return Skipped{complete, std::string(reader.buffered())};
+  });
+}
+
+TEST(MessageReader, SkipArrivedBodyTakesABodyThatIsHereWholeAndNoMore) {
+  const std::string next = "GET /next HTTP/1.1\r\nHost: h\r\n\r\n";
+  Skipped small = skip(post(100) + next);
+  EXPECT_TRUE(small.complete);
+  EXPECT_EQ(small.after, next);  // the pipelined request is left for the next read_head
+  Skipped larger = skip(post(10000) + next);  // beyond the head's 4 KiB read: read from the socket
+  EXPECT_TRUE(larger.complete);
+  EXPECT_EQ(larger.after.substr(0, 4), "GET ");
+  Skipped chunked = skip("PUT /u HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n");
+  EXPECT_TRUE(chunked.complete);
+}
+
+TEST(MessageReader, SkipArrivedBodyRefusesWhatIsNotHereOrTooLongOrMalformed) {
+  EXPECT_FALSE(skip(post(20000).substr(0, post(20000).size() - 14000)).complete);  // never waits
+  EXPECT_FALSE(skip(post(MessageReader::kMostSkipped + 70000)).complete);           // more than it takes
+  EXPECT_FALSE(skip("PUT /u HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n").complete);
 }
 
 }  // namespace
