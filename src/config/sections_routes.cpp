@@ -205,7 +205,7 @@ const Table<RetrySection>& retries_table() {
       {F::number("attempts", &R::attempts, 0, 10,
                  "retries of a request an upstream has seen (`reset`, `5xx`, `gateway_error`, `timeout`); only "
                  "idempotent requests are retried after anything was sent, and only those without a body or "
-                 "whose body the route's `request_buffering` read whole"),
+                 "whose body is held whole (it came with the head, or `request_buffering` read it)"),
        F::choices("on", &R::on,
                   std::vector<std::pair<std::string, RetryOn>>{{"connect_failure", RetryOn::kConnectFailure},
                                                                {"reset", RetryOn::kReset},

@@ -120,7 +120,6 @@ class Exchange {
         idempotent_(is_idempotent(req_.method)),
         has_body_(req_.body != http::BodyKind::kNone),
         chunked_request_(req_.body == http::BodyKind::kChunked),
-        resendable_(idempotent_ && (!has_body_ || (down.buffered != nullptr && down.buffered->done))),
         cluster_active_(cluster_.stats().active),
         budget_(cluster_, rcfg_.retries),
         max_attempts_(1 + rcfg_.retries.attempts),
@@ -133,6 +132,11 @@ class Exchange {
  private:
   Verdict prepare();
   exec::Task<ForwardResult> reply(int status, bool close);
+  // May be sent again after an upstream saw it (timeout, reset and 5xx retries): idempotent,
+  // with no body or one held whole, which came with the head or was read by
+  // routes[].request_buffering (early_body_ keeps it across attempts, as for a replay); a
+  // streamed body is gone.
+  bool resendable() const { return idempotent_ && request_body_consumed_ && !body_started_; }
   bool can_retry(bool configured) {
     return configured && attempt_ - connect_retries_ + 1 < max_attempts_ && budget_.try_take();
   }
@@ -169,9 +173,6 @@ class Exchange {
   const bool idempotent_;
   const bool has_body_;
   const bool chunked_request_;
-  // May be sent again after an upstream saw it (timeout, reset and 5xx retries): idempotent,
-  // with no body or one held whole (routes[].request_buffering); a streamed body is gone.
-  const bool resendable_;
   InFlight cluster_active_;
   RetryBudget budget_;
   const uint32_t max_attempts_;
@@ -509,7 +510,7 @@ Verdict Exchange::judge_head_read() {
       cluster_.stats().timeouts.fetch_add(1, std::memory_order_relaxed);
       gw_.stats().upstream_timeouts.fetch_add(1, std::memory_order_relaxed);
       cluster_.record_failure(*ep_);
-      if (resendable_ && can_retry(retry_on(rcfg_, config::RetryOn::kTimeout))) return then(Next::kRetry);
+      if (resendable() && can_retry(retry_on(rcfg_, config::RetryOn::kTimeout))) return then(Next::kRetry);
       ctx_.note = "upstream response timeout";
       return reply_with(504, false);
     case http::ReadStatus::kClosed:
@@ -517,7 +518,7 @@ Verdict Exchange::judge_head_read() {
       up_.close();
       if (reused_ && !hr_.partial && (idempotent_ || !has_body_) && !body_started_) return then(Next::kReplay);
       cluster_.record_failure(*ep_);
-      if (resendable_ && !hr_.partial && can_retry(retry_on(rcfg_, config::RetryOn::kReset))) {
+      if (resendable() && !hr_.partial && can_retry(retry_on(rcfg_, config::RetryOn::kReset))) {
         return then(Next::kRetry);
       }
       ctx_.note = "upstream closed the connection before responding";
@@ -543,7 +544,7 @@ Verdict Exchange::judge_final() {
   cluster_.record_failure(*ep_);
   // 5xx retries: resendable requests only.
   const bool gw_err = resp.status == 502 || resp.status == 503 || resp.status == 504;
-  if (resendable_ && can_retry(retry_on(rcfg_, config::RetryOn::k5xx) ||
+  if (resendable() && can_retry(retry_on(rcfg_, config::RetryOn::k5xx) ||
                                (gw_err && retry_on(rcfg_, config::RetryOn::kGatewayError)))) {
     up_.close();
     return then(Next::kRetry);
