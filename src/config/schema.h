@@ -196,6 +196,7 @@ struct RouteMatchSection {
   std::vector<HeaderMatch> headers;
   std::vector<QueryMatch> query;
   std::vector<std::string> listeners;  // empty = every listener
+  std::vector<std::string> sources;    // client address blocks; empty = any client
 };
 
 struct HeaderOps {

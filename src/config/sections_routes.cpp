@@ -3,6 +3,7 @@
 
 #include "config/loader.h"
 #include "config/sections.h"
+#include "routing/address_block.h"
 
 namespace sg::config::detail {
 
@@ -113,6 +114,11 @@ std::string host_pattern(const std::string& h) {
   return "";
 }
 
+std::string address_block(std::string& v) {
+  routing::AddressBlock b;
+  return routing::parse_address_block(v, b);
+}
+
 void check_one_path(const MapView& m, RouteMatchSection& r) {
   const int paths = !r.path_exact.empty() + !r.path_prefix.empty() + !r.path_regex.empty();
   if (paths > 1) m.ctx().error(m.node(), m.where(), "use only one of path, path_prefix, path_regex");
@@ -142,7 +148,13 @@ const Table<RouteMatchSection>& match_table() {
        F::strings("methods", &M::methods, "e.g. `[GET, POST]`", nullptr, false).shown("any"),
        matchers("headers", &M::headers, "`{ X-Env: prod, X-Debug: ~ }` (`~` = must be present)"),
        matchers("query", &M::query, "query parameters, same form"),
-       F::strings("listener", &M::listeners, "listener name(s) this route applies to", nullptr, false).shown("every")},
+       F::strings("listener", &M::listeners, "listener name(s) this route applies to", nullptr, false).shown("every"),
+       F::strings("source", &M::sources,
+                  "client addresses this route applies to: IPs and blocks (`[10.0.0.0/8, 2001:db8::/32, "
+                  "192.0.2.7]`), matched against the connection's peer (an IPv4 client of a dual-stack listener "
+                  "too)",
+                  address_block, false)
+           .shown("any")},
       check_one_path};
   return t;
 }

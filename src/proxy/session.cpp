@@ -172,7 +172,7 @@ exec::Task<Handled> handle_request(Gateway& gw, const std::shared_ptr<const Snap
     co_return Handled{ok && !lr.close};
   };
 
-  const routing::CompiledRoute* route = snap->routes.match(req, lcfg.name);
+  const routing::CompiledRoute* route = snap->routes.match(req, lcfg.name, routing::ClientAddress(ctx.client_ip));
   if (route == nullptr) {
     LocalReply lr;
     lr.status = 404;

@@ -30,8 +30,16 @@ std::optional<std::string_view> query_param(std::string_view query, std::string_
   return std::nullopt;
 }
 
-bool CompiledRoute::matches(const http::RequestHead& req, std::string_view listener) const {
+bool CompiledRoute::matches(const http::RequestHead& req, std::string_view listener,
+                            const ClientAddress& client) const {
   if (!listeners.empty() && std::find(listeners.begin(), listeners.end(), listener) == listeners.end()) return false;
+  if (!sources.empty()) {
+    // An address that does not parse (none does not, from a TCP peer) matches no block.
+    const std::optional<IpAddress>& a = client.get();
+    if (!a || std::none_of(sources.begin(), sources.end(), [&](const AddressBlock& b) { return b.contains(*a); })) {
+      return false;
+    }
+  }
   if (host_kind != HostKind::kAny) {
     std::string_view h = host_without_port(req.authority);
     if (host_kind == HostKind::kExact) {
@@ -120,14 +128,23 @@ Result<RouteTable> RouteTable::build(const config::Config& cfg,
 
     c.methods = r.match.methods;
     c.listeners = r.match.listeners;
+    for (const std::string& text : r.match.sources) {
+      AddressBlock b;
+      if (std::string why = parse_address_block(text, b); !why.empty()) {
+        error = "route \"" + r.name + "\": source: " + why;
+        return std::make_error_code(std::errc::invalid_argument);
+      }
+      c.sources.push_back(b);
+    }
     t.routes_.push_back(std::move(c));
   }
   return t;
 }
 
-const CompiledRoute* RouteTable::match(const http::RequestHead& req, std::string_view listener) const {
+const CompiledRoute* RouteTable::match(const http::RequestHead& req, std::string_view listener,
+                                       const ClientAddress& client) const {
   for (const auto& r : routes_) {
-    if (r.matches(req, listener)) return &r;
+    if (r.matches(req, listener, client)) return &r;
   }
   return nullptr;
 }

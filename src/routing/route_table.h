@@ -10,6 +10,7 @@
 
 #include "config/schema.h"
 #include "http/message.h"
+#include "routing/address_block.h"
 #include "upstream/cluster.h"
 
 namespace re2 {
@@ -35,8 +36,9 @@ struct CompiledRoute {
   bool case_sensitive = true;  // false: path matchers ignore ASCII case
   std::vector<std::string> methods;
   std::vector<std::string> listeners;
+  std::vector<AddressBlock> sources;  // empty: any client
 
-  bool matches(const http::RequestHead& req, std::string_view listener) const;
+  bool matches(const http::RequestHead& req, std::string_view listener, const ClientAddress& client) const;
 };
 
 class RouteTable {
@@ -48,7 +50,8 @@ class RouteTable {
                                   const std::vector<std::shared_ptr<upstream::Cluster>>& clusters,
                                   std::string& error);
 
-  const CompiledRoute* match(const http::RequestHead& req, std::string_view listener) const;
+  const CompiledRoute* match(const http::RequestHead& req, std::string_view listener,
+                             const ClientAddress& client) const;
   const std::vector<CompiledRoute>& routes() const { return routes_; }
 
  private:

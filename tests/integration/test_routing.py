@@ -140,6 +140,38 @@ class MatchersTest(unittest.TestCase):
         self.assertTrue(c.closed_by_peer())
 
 
+class SourceTest(unittest.TestCase):
+    def test_a_source_rule_holds_for_the_clients_address_on_either_kind_of_listener(self):
+        # /ops/ is served to 127.0.0.1 and ::1 only; everyone else meets the deny route after
+        # it. A dual-stack listener sees 127.0.0.1 as ::ffff:127.0.0.1, which must match too.
+        routes = """  - name: ops
+    match: { path_prefix: /ops/, source: [127.0.0.1, "::1"] }
+    direct_response: { status: 200, body: inside }
+  - name: ops-deny
+    match: { path_prefix: /ops/ }
+    direct_response: { status: 403, body: outside }
+"""
+        listeners = "  - name: public\n    address: 127.0.0.1:0\n  - name: dual\n    address: \"[::]:0\"\n"
+        sg = Stealgate(config(listeners=listeners, routes=routes))
+        try:
+            sg.wait_for(lambda: "dual" in sg.ports, 5, "dual-stack listener")
+
+            def status_from(port, source, ip="127.0.0.1"):
+                c = Client(port, ip=ip, source=source)
+                try:
+                    r = c.request("GET", "/ops/x")
+                    return r.status, r.body
+                finally:
+                    c.close()
+
+            for port in (sg.ports["public"], sg.ports["dual"]):
+                self.assertEqual(status_from(port, "127.0.0.1"), (200, b"inside"))
+                self.assertEqual(status_from(port, "127.0.0.2"), (403, b"outside"))
+            self.assertEqual(status_from(sg.ports["dual"], None, ip="::1"), (200, b"inside"))
+        finally:
+            sg.stop()
+
+
 class RewriteTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):

@@ -1,6 +1,6 @@
 // The compiled route table, from YAML through the real loader: first match in file order,
 // host exact and wildcard (port ignored, case-insensitive), path exact/prefix/regex,
-// methods, headers, query parameters and listeners.
+// methods, headers, query parameters, listeners and client address blocks.
 #include "routing/route_table.h"
 
 #include <gtest/gtest.h>
@@ -22,6 +22,8 @@ listeners:
 clusters:
   - { name: app, endpoints: ["127.0.0.1:9000"] }
 routes:
+  - { name: ops, match: { path_prefix: /ops/, source: [10.0.0.0/8, "2001:db8::/32", 192.0.2.7] }, cluster: app }
+  - { name: ops-deny, match: { path_prefix: /ops/ }, direct_response: { status: 403 } }
   - { name: admin-host, match: { host: admin.example.com }, direct_response: { status: 200 } }
   - { name: wild, match: { host: "*.example.com", path_prefix: /w/ }, direct_response: { status: 200 } }
   - { name: exact, match: { path: /exact }, direct_response: { status: 200 } }
@@ -49,14 +51,15 @@ routes:
   }
 
   std::string route(std::string method, std::string host, std::string path, std::string query = "",
-                    std::string listener = "public", std::vector<std::pair<std::string, std::string>> headers = {}) {
+                    std::string listener = "public", std::vector<std::pair<std::string, std::string>> headers = {},
+                    std::string client = "127.0.0.1") {
     http::RequestHead req;
     req.method = std::move(method);
     req.authority = std::move(host);
     req.path = std::move(path);
     req.query = std::move(query);
     for (auto& [k, v] : headers) req.headers.add(k, v);
-    const CompiledRoute* r = table_.match(req, listener);
+    const CompiledRoute* r = table_.match(req, listener, ClientAddress(client));
     return r == nullptr ? "-" : r->cfg->name;
   }
 
@@ -112,6 +115,40 @@ TEST_F(Routes, FirstMatchInFileOrderWithMethodsHeadersAndQuery) {
 TEST_F(Routes, ListenerScopedRoutes) {
   EXPECT_EQ(route("GET", "h", "/other", "", "internal"), "internal");
   EXPECT_EQ(route("GET", "h", "/other", "", "public"), "-");
+}
+
+TEST_F(Routes, SourceBlocksHoldForEverySpellingOfTheClientsAddress) {
+  auto from = [&](std::string client) { return route("GET", "h", "/ops/x", "", "public", {}, std::move(client)); };
+  EXPECT_EQ(from("10.1.2.3"), "ops");
+  EXPECT_EQ(from("::ffff:10.1.2.3"), "ops") << "an IPv4 client of a dual-stack listener";
+  EXPECT_EQ(from("2001:db8:1::5"), "ops");
+  EXPECT_EQ(from("192.0.2.7"), "ops");
+  EXPECT_EQ(from("192.0.2.8"), "ops-deny");
+  EXPECT_EQ(from("11.0.0.1"), "ops-deny");
+  EXPECT_EQ(from("::ffff:11.0.0.1"), "ops-deny");
+  EXPECT_EQ(from("2001:db9::1"), "ops-deny");
+  EXPECT_EQ(from("::a01:203"), "ops-deny") << "the IPv4-compatible form is not the mapped one";
+  EXPECT_EQ(from("not an address"), "ops-deny") << "an allow rule fails closed";
+}
+
+TEST(AddressBlocks, ParsedAndRefused) {
+  AddressBlock b;
+  EXPECT_EQ(parse_address_block("10.0.0.0/8", b), "");
+  EXPECT_EQ(b.prefix_bits, 104);
+  EXPECT_TRUE(b.contains(*parse_ip("10.255.255.255")));
+  EXPECT_FALSE(b.contains(*parse_ip("9.255.255.255")));
+  EXPECT_EQ(parse_address_block("0.0.0.0/0", b), "");
+  EXPECT_TRUE(b.contains(*parse_ip("203.0.113.9")));
+  EXPECT_FALSE(b.contains(*parse_ip("2001:db8::1"))) << "an IPv4 block holds for IPv4 clients only";
+  EXPECT_EQ(parse_address_block("fe80::1%eth0", b), "\"fe80::1%eth0\": a zone has no place in a block");
+  EXPECT_TRUE(parse_ip("fe80::1%eth0").has_value()) << "a client's zone is ignored";
+  EXPECT_EQ(parse_address_block("10.0.0.1/8", b), "\"10.0.0.1/8\" has bits set beyond its /8 (did you mean 10.0.0.0/8?)");
+  EXPECT_EQ(parse_address_block("2001:db8::1/32", b),
+            "\"2001:db8::1/32\" has bits set beyond its /32 (did you mean 2001:db8::/32?)");
+  EXPECT_EQ(parse_address_block("10.0.0.0/33", b), "\"10.0.0.0/33\": the length after / must be 0-32");
+  EXPECT_EQ(parse_address_block("10.0.0.0/", b), "\"10.0.0.0/\": the length after / must be 0-32");
+  EXPECT_EQ(parse_address_block("localhost", b),
+            "\"localhost\" is not an IP address or address block (e.g. 10.0.0.0/8, 2001:db8::/32)");
 }
 
 TEST(RouteHelpers, HostWithoutPortAndQueryParam) {
