@@ -225,6 +225,18 @@ struct RetrySection {
   uint32_t min_retry_concurrency = 3;
 };
 
+// routes[].rate_limit (proxy/rate_limit.h).
+struct RateLimitSection {
+  std::string rate;                 // "100/s", "6000/m", "50000/h"
+  uint64_t burst = 0;               // requests beyond the rate at once (resolved at load)
+  std::string key = "client_ip";    // client_ip | route | header:NAME
+  uint64_t max_keys = 100'000;      // keys tracked at once
+  // From `rate`, at load: `count` requests per `per`.
+  uint64_t count = 0;
+  Duration per{0};
+  bool operator==(const RateLimitSection&) const = default;
+};
+
 struct RouteSection {
   std::string name;
   RouteMatchSection match;
@@ -246,6 +258,7 @@ struct RouteSection {
   // Upgrade protocols forwarded (lower-case names, no version); any other is dropped and
   // the request goes upstream as plain HTTP/1.1 (h2c smuggling).
   std::vector<std::string> upgrades{"websocket"};
+  std::optional<RateLimitSection> rate_limit;
 };
 
 enum class LogFormat { kText, kJson };

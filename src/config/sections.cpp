@@ -55,6 +55,7 @@ std::vector<ReferenceTable> reference_tables() {
           redirect_table().reference(),
           header_ops_table().reference(),
           retries_table().reference(),
+          rate_limit_table().reference(),
           logging_table().reference(),
           access_log_table().reference()};
 }

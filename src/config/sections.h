@@ -39,6 +39,7 @@ const Table<DirectResponseSection>& direct_response_table();
 const Table<RedirectSection>& redirect_table();
 const Table<HeaderOps>& header_ops_table();
 const Table<RetrySection>& retries_table();
+const Table<RateLimitSection>& rate_limit_table();
 
 // Every table, in the order config/README.md shows them.
 std::vector<ReferenceTable> reference_tables();

@@ -1,6 +1,9 @@
 // Routes: what a request is matched on, and what is done with it.
 #include <re2/re2.h>
 
+#include <algorithm>
+#include <charconv>
+
 #include "config/loader.h"
 #include "config/sections.h"
 #include "routing/address_block.h"
@@ -254,7 +257,61 @@ bool any_rewrite(const RouteSection& r) {
 
 bool any_ops(const HeaderOps& o) { return !o.add.empty() || !o.set.empty() || !o.remove.empty(); }
 
+// "100/s": whole requests per second, minute or hour.
+std::string parse_rate(const std::string& v, RateLimitSection& r) {
+  const std::size_t slash = v.find('/');
+  const std::string unit = slash == std::string::npos ? "" : v.substr(slash + 1);
+  const Duration per = unit == "s" ? Duration{1000} : unit == "m" ? Duration{60'000} : unit == "h" ? Duration{3'600'000}
+                                                                                      : Duration{0};
+  uint64_t n = 0;
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + (slash == std::string::npos ? 0 : slash), n);
+  if (per.count() == 0 || ec != std::errc() || end != v.data() + slash || n == 0 || n > 1'000'000'000) {
+    return "\"" + v + "\": expected requests per second, minute or hour (e.g. 100/s, 6000/m, 50000/h)";
+  }
+  r.count = n;
+  r.per = per;
+  return "";
+}
+
+std::string rate_limit_key(const std::string& k) {
+  if (k == "client_ip" || k == "route") return "";
+  if (k.rfind("header:", 0) == 0 && is_field_name(std::string_view(k).substr(7))) return "";
+  return "\"" + k + "\": expected client_ip, route or header:NAME";
+}
+
+void check_rate_limit(const MapView& m, RateLimitSection& r) {
+  if (r.rate.empty()) return;  // reported as missing
+  if (std::string why = parse_rate(r.rate, r); !why.empty()) {
+    m.ctx().error(m.get("rate"), m.path("rate"), why);
+    return;
+  }
+  // One second's worth by default (at least one): a client that sends a few requests at
+  // once is not refused at a steady rate it keeps to.
+  if (!m.has("burst")) r.burst = std::max<uint64_t>(1, (r.count * 1000 + r.per.count() - 1) / r.per.count());
+}
+
 }  // namespace
+
+const Table<RateLimitSection>& rate_limit_table() {
+  using F = Fields<RateLimitSection>;
+  using L = RateLimitSection;
+  static const Table<RateLimitSection> t{
+      "routes[].rate_limit",
+      {F::text("rate", &L::rate, "requests per key: `100/s`, `6000/m`, `50000/h`").require(),
+       F::number("burst", &L::burst, 0, 1'000'000'000,
+                 "requests beyond the rate that may come at once (nginx's `burst` with `nodelay`)")
+           .shown("one second's worth of `rate` (at least 1)"),
+       F::text("key", &L::key,
+               "what a limit counts by: `client_ip` (the TCP peer; IPv6 clients by their /64), `route` (one "
+               "limit for all), or `header:NAME` (e.g. `header:X-Api-Key`; a request without it counts by its "
+               "client_ip)",
+               rate_limit_key),
+       F::number("max_keys", &L::max_keys, 1, 100'000'000,
+                 "keys tracked at once (about 100 bytes each); beyond it the key closest to its full allowance "
+                 "is forgotten")},
+      check_rate_limit};
+  return t;
+}
 
 const Table<RouteSection>& route_table() {
   using F = Fields<RouteSection>;
@@ -296,6 +353,9 @@ const Table<RouteSection>& route_table() {
                "by default: thread-per-connection upstreams such as gunicorn's sync workers need this); a "
                "larger body streams on after them. stealgate answers `Expect: 100-continue` itself. `0`: "
                "bodies stream to the upstream as they arrive"),
+       F::optional_section("rate_limit", &R::rate_limit, rate_limit_table(),
+                           "requests per client (or per key) over time; beyond it `429` with `Retry-After`")
+           .shown("—"),
        F::strings("upgrades", &R::upgrades,
                   "protocols a client may switch to through this route (`Upgrade:`); `[]` allows none",
                   protocol_name)},

@@ -329,6 +329,27 @@ void admission_families(Families& fs, proxy::Gateway& gw, const Snap& snap) {
                 {}, gs.admission.wait);
 }
 
+// routes[].rate_limit, for the routes that have one.
+void rate_limit_families(Families& fs, const Snap& snap) {
+  if (!snap) return;
+  auto& limited = fs.family("stealgate_rate_limited_total", "Requests refused with 429 by the route's rate_limit.",
+                            MetricType::Counter);
+  auto& keys = fs.family("stealgate_rate_limit_keys", "Keys (clients, header values) a route's rate_limit holds.",
+                         MetricType::Gauge);
+  auto& evicted = fs.family("stealgate_rate_limit_evictions_total",
+                            "Keys a route's rate_limit forgot before their allowance was whole again "
+                            "(max_keys is too small for the clients there are).",
+                            MetricType::Counter);
+  for (std::size_t i = 0; i < snap->rate_limits.size(); ++i) {
+    const proxy::RateLimiter* rl = snap->rate_limits[i].get();
+    if (rl == nullptr) continue;
+    const Labels route{{"route", snap->config->routes[i].name}};
+    Families::add(limited, route, static_cast<double>(snap->route_stats[i]->rate_limited.load()));
+    Families::add(keys, route, static_cast<double>(rl->keys()));
+    Families::add(evicted, route, static_cast<double>(rl->evicted()));
+  }
+}
+
 // The workers' threads as the kernel schedules them (absent where it keeps no schedstat).
 void worker_cpu_families(Families& fs, const std::vector<std::optional<ThreadCpuStats>>& workers) {
   const bool any = std::any_of(workers.begin(), workers.end(), [](const auto& w) { return w.has_value(); });
@@ -392,6 +413,7 @@ std::string render(proxy::Gateway& gw, const std::optional<ProcessStats>& proces
   request_families(fs, gw, snap);
   upstream_families(fs, snap);
   admission_families(fs, gw, snap);
+  rate_limit_families(fs, snap);
   process_families(fs, gw, process);
   tls_families(fs, gw, snap);
   std::ostringstream os;

@@ -131,6 +131,7 @@ std::string Gateway::build_snapshot(std::shared_ptr<const config::Config> cfg, s
   snap->routes = std::move(*table);
   attach_route_stats(*cfg, *snap);
   build_admission_limits(*cfg, prev.get(), *snap);
+  build_rate_limits(*cfg, prev.get(), *snap);
   for (const auto& l : cfg->listeners) snap->listeners_by_key[listener_key(l)] = &l;
   out = std::move(snap);
   return "";
@@ -204,6 +205,20 @@ void Gateway::build_admission_limits(const config::Config& cfg, const Snapshot* 
       if (const auto* oc = pc->find_cluster(c.name)) old_n = oc->max_concurrent_requests;
     }
     if (auto s = keep_or_make(old, c.max_concurrent_requests, old_n)) snap.cluster_limits[c.name] = s;
+  }
+}
+
+void Gateway::build_rate_limits(const config::Config& cfg, const Snapshot* prev, Snapshot& snap) {
+  // A route's limiter is kept across a reload that leaves its settings alone, so a reload
+  // does not hand every client a fresh allowance.
+  for (const auto& r : cfg.routes) {
+    std::shared_ptr<RateLimiter> kept;
+    for (std::size_t j = 0; prev != nullptr && j < prev->config->routes.size(); ++j) {
+      const auto& old = prev->config->routes[j];
+      if (old.name == r.name && r.rate_limit && old.rate_limit == r.rate_limit) kept = prev->rate_limits[j];
+    }
+    if (!kept && r.rate_limit) kept = std::make_shared<RateLimiter>(*r.rate_limit);
+    snap.rate_limits.push_back(std::move(kept));
   }
 }
 

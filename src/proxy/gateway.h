@@ -35,6 +35,7 @@
 #include "io/runtime.h"
 #include "io/tcp.h"
 #include "proxy/load_shedder.h"
+#include "proxy/rate_limit.h"
 #include "proxy/stats.h"
 #include "routing/route_table.h"
 #include "tls/server_context.h"
@@ -55,6 +56,7 @@ struct Snapshot {
   std::shared_ptr<RouteStats> unrouted_stats;                   // requests no route matched
   std::shared_ptr<exec::Semaphore> global_limit;                // null = unlimited
   std::vector<std::shared_ptr<exec::Semaphore>> route_limits;   // by route index, null = none
+  std::vector<std::shared_ptr<RateLimiter>> rate_limits;        // by route index, null = none
   std::map<std::string, std::shared_ptr<exec::Semaphore>> cluster_limits;
   std::map<std::string, const config::ListenerSection*> listeners_by_key;
   // TLS listeners' certificates and settings, by listener key.
@@ -170,6 +172,7 @@ class Gateway {
   std::string build_clusters(const config::Config& cfg, const Snapshot* prev, Snapshot& snap);
   void attach_route_stats(const config::Config& cfg, Snapshot& snap);
   static void build_admission_limits(const config::Config& cfg, const Snapshot* prev, Snapshot& snap);
+  static void build_rate_limits(const config::Config& cfg, const Snapshot* prev, Snapshot& snap);
   // Binds (or adopts) the listener's sockets; while its address is in use, tries again for
   // up to `in_use_wait`.
   std::string bind_listener(const config::ListenerSection& l, std::shared_ptr<ListenerState>& out,

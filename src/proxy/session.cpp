@@ -143,6 +143,19 @@ std::optional<LocalReply> apply_max_forwards(http::RequestHead& req, std::string
   return std::nullopt;
 }
 
+// routes[].rate_limit: a 429 with Retry-After (whole seconds until the key's next request
+// would pass) when the key has used its allowance.
+std::optional<LocalReply> rate_limited(RateLimiter& limit, const http::RequestHead& req, RequestContext& ctx) {
+  const std::chrono::nanoseconds wait = limit.take(limit.key_of(req, ctx.client_ip), ctx.start);
+  if (wait.count() == 0) return std::nullopt;
+  LocalReply lr;
+  lr.status = 429;
+  const auto seconds = std::chrono::ceil<std::chrono::seconds>(wait).count();
+  lr.headers.emplace_back("Retry-After", std::to_string(std::max<int64_t>(1, seconds)));
+  ctx.note = "rate limited";
+  return lr;
+}
+
 exec::Task<Handled> handle_request(Gateway& gw, const std::shared_ptr<const Snapshot>& snap,
                                    const config::ListenerSection& lcfg, io::Stream& client,
                                    http::MessageReader& reader, RequestContext& ctx) {
@@ -184,6 +197,12 @@ exec::Task<Handled> handle_request(Gateway& gw, const std::shared_ptr<const Snap
   const config::RouteSection& r = *route->cfg;
   response.set_route(r);
 
+  if (RateLimiter* limit = snap->rate_limits[route->index].get()) {
+    if (std::optional<LocalReply> refused = rate_limited(*limit, req, ctx)) {
+      snap->route_stats[route->index]->rate_limited.fetch_add(1, std::memory_order_relaxed);
+      co_return co_await local(*refused);
+    }
+  }
   if (std::optional<LocalReply> own = route_reply(r)) co_return co_await local(*own);
   if (std::optional<LocalReply> own = apply_max_forwards(req, ctx.note)) co_return co_await local(*own);
 

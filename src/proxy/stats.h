@@ -26,6 +26,7 @@ struct RouteStats {
   // [method][status class 1..5]; class 0 = no response sent (client went away).
   std::array<std::array<std::atomic<uint64_t>, 6>, kMethods.size()> requests{};
   AtomicHistogram duration;
+  std::atomic<uint64_t> rate_limited{0};  // refused with 429 by routes[].rate_limit
   void count(std::string_view method, int status, uint64_t duration_ns);
 };
 

@@ -16,6 +16,13 @@ namespace sg::routing {
 struct IpAddress {
   std::array<uint8_t, 16> bytes{};
   bool operator==(const IpAddress&) const = default;
+  // An IPv4 address (in the mapped form: its 4 bytes are bytes[12..15]).
+  bool is_v4() const {
+    for (int i = 0; i < 10; ++i) {
+      if (bytes[i] != 0) return false;
+    }
+    return bytes[10] == 0xff && bytes[11] == 0xff;
+  }
 };
 
 // "203.0.113.7", "2001:db8::1", "::ffff:203.0.113.7", "fe80::1%eth0" (the zone is ignored);

@@ -359,6 +359,54 @@ class SheddingTest(GatewayCase):
         self.assertEqual(gw.metric("stealgate_admission_shedding_episodes_total", signal="queue_sojourn"), 0)
 
 
+class RateLimitTest(GatewayCase):
+    upstream_name = "rl"
+
+    def setUp(self):
+        self.up.clear_log()
+
+    def cfg(self, rate="5/s", burst=2, key="client_ip"):
+        return config(clusters=f"  - name: app\n    endpoints: [{self.up.address}]\n",
+                      routes=f"""  - name: limited
+    match: {{ path_prefix: / }}
+    cluster: app
+    rate_limit: {{ rate: {rate}, burst: {burst}, key: "{key}" }}
+""")
+
+    def statuses(self, client, n, headers=None, path="/x"):
+        out = []
+        for _ in range(n):
+            r = client.request("GET", path, headers=headers)
+            out.append((r.status, r.header("retry-after")))
+        return out
+
+    def test_the_burst_passes_then_429_with_retry_after_per_client_and_nothing_reaches_the_upstream(self):
+        gw = self.gateway(self.cfg())
+        a = Client(gw.port)
+        got = self.statuses(a, 5, path="/a")
+        self.assertEqual(got[:3], [(200, None)] * 3)
+        self.assertEqual(got[3:], [(429, "1")] * 2, "the connection stays open after a 429")
+        b = Client(gw.port, source="127.0.0.2")  # another client has its own allowance
+        self.assertEqual([s for s, _ in self.statuses(b, 4, path="/b")], [200, 200, 200, 429])
+        self.assertEqual(len(self.up.log()), 6, "a refused request never reaches the upstream")
+        self.assertEqual(gw.metric("stealgate_rate_limited_total", route="limited"), 3)
+        self.assertEqual(gw.metric("stealgate_rate_limit_keys", route="limited"), 2)
+        time.sleep(0.5)  # 200 ms a request at 5/s: two more are allowed by now
+        self.assertEqual(self.statuses(a, 1, path="/a")[0][0], 200)
+
+    def test_a_header_key_counts_each_value_apart_and_a_reload_keeps_unchanged_limits(self):
+        gw = self.gateway(self.cfg(rate="60/m", burst=1, key="header:X-Api-Key"))
+        c = Client(gw.port)
+        alice, bob = [("X-Api-Key", "alice")], [("X-Api-Key", "bob")]
+        self.assertEqual([s for s, _ in self.statuses(c, 3, alice)], [200, 200, 429])
+        self.assertEqual([s for s, _ in self.statuses(c, 3, bob)], [200, 200, 429])
+        self.assertEqual([s for s, _ in self.statuses(c, 3)], [200, 200, 429], "without the header: by client")
+        self.assertTrue(gw.reload())  # the same limit: alice has not got a fresh allowance
+        self.assertEqual(self.statuses(c, 1, alice), [(429, "1")])
+        self.assertTrue(gw.reload(self.cfg(rate="120/m", burst=1, key="header:X-Api-Key")))
+        self.assertEqual([s for s, _ in self.statuses(c, 3, alice)], [200, 200, 429], "a changed limit starts afresh")
+
+
 class ConnectionLimitTest(GatewayCase):
     upstream_name = "fast"
 

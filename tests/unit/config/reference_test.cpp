@@ -131,6 +131,7 @@ routes:
       headers: { X-Env: prod, X-Debug: ~ }
       query: [{ name: debug, value: "1" }]
       listener: [public]
+      source: [10.0.0.0/8, "2001:db8::/32"]
     cluster: api
     rewrite: { strip_prefix: /v1, host: api.internal }
     request_headers: { add: { X-A: a }, set: { X-B: b }, remove: [X-C] }
@@ -138,6 +139,7 @@ routes:
     timeout: 2s
     retries: { attempts: 2, on: [reset, 5xx], budget_percent: 10, min_retry_concurrency: 1 }
     max_concurrent_requests: 12
+    rate_limit: { rate: 600/m, burst: 4, key: "header:X-Api-Key", max_keys: 5000 }
     upgrades: []
   - name: exact
     match: { path: /x, path_regex: "" }
