@@ -156,6 +156,31 @@ std::optional<LocalReply> rate_limited(RateLimiter& limit, const http::RequestHe
   return lr;
 }
 
+// Admitted under a limit: until its response is done, this task's wake-ups go ahead of
+// new requests (the priority lane, exec/context.h), so that under overload the permits
+// cycle at the upstream's pace instead of waiting behind the run queue. Without a permit
+// there is nothing to cycle: at 1,000 busy connections the lane only reordered work and
+// overflowed into the injection queue, where its tasks waited behind later ones.
+void enter_priority_lane_if_admitted(const exec::Semaphore::Permit (&permits)[kAdmissionLevels]) {
+  const bool holds_permit =
+      std::any_of(std::begin(permits), std::end(permits), [](const exec::Semaphore::Permit& p) { return bool(p); });
+  if (holds_permit) exec::set_current_task_priority(true);
+}
+
+// The reply stealgate makes itself to a routed request, if it makes one: the rate limit's
+// 429, the route's direct response or redirect, or the answer to Max-Forwards: 0.
+std::optional<LocalReply> own_reply(const Snapshot& snap, const routing::CompiledRoute& route,
+                                    http::RequestHead& req, RequestContext& ctx) {
+  if (RateLimiter* limit = snap.rate_limits[route.index].get()) {
+    if (std::optional<LocalReply> refused = rate_limited(*limit, req, ctx)) {
+      snap.route_stats[route.index]->rate_limited.fetch_add(1, std::memory_order_relaxed);
+      return refused;
+    }
+  }
+  if (std::optional<LocalReply> own = route_reply(*route.cfg)) return own;
+  return apply_max_forwards(req, ctx.note);
+}
+
 exec::Task<Handled> handle_request(Gateway& gw, const std::shared_ptr<const Snapshot>& snap,
                                    const config::ListenerSection& lcfg, io::Stream& client,
                                    http::MessageReader& reader, RequestContext& ctx) {
@@ -197,14 +222,7 @@ exec::Task<Handled> handle_request(Gateway& gw, const std::shared_ptr<const Snap
   const config::RouteSection& r = *route->cfg;
   response.set_route(r);
 
-  if (RateLimiter* limit = snap->rate_limits[route->index].get()) {
-    if (std::optional<LocalReply> refused = rate_limited(*limit, req, ctx)) {
-      snap->route_stats[route->index]->rate_limited.fetch_add(1, std::memory_order_relaxed);
-      co_return co_await local(*refused);
-    }
-  }
-  if (std::optional<LocalReply> own = route_reply(r)) co_return co_await local(*own);
-  if (std::optional<LocalReply> own = apply_max_forwards(req, ctx.note)) co_return co_await local(*own);
+  if (std::optional<LocalReply> own = own_reply(*snap, *route, req, ctx)) co_return co_await local(*own);
 
   const bool buffering = has_body && r.request_buffering > 0;
   if (buffering) {
@@ -232,14 +250,7 @@ exec::Task<Handled> handle_request(Gateway& gw, const std::shared_ptr<const Snap
       co_return co_await local(lr);
     }
   }
-  // Admitted under a limit: until its response is done, this task's wake-ups go ahead of
-  // new requests (the priority lane, exec/context.h), so that under overload the permits
-  // cycle at the upstream's pace instead of waiting behind the run queue. Without a
-  // permit there is nothing to cycle: at 1,000 busy connections the lane only reordered
-  // work and overflowed into the injection queue, where its tasks waited behind later ones.
-  const bool holds_permit =
-      std::any_of(std::begin(permits), std::end(permits), [](const exec::Semaphore::Permit& p) { return bool(p); });
-  if (holds_permit) exec::set_current_task_priority(true);
+  enter_priority_lane_if_admitted(permits);
 
   Downstream down{client, reader, response, lcfg, gw.draining(), permits, buffering ? &buffered : nullptr};
   ForwardResult fr = co_await forward(gw, *snap, *route, down, ctx);
