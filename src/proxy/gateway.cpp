@@ -452,6 +452,7 @@ void Gateway::begin_drain() {
 }
 
 void Gateway::close_idle_sessions() {
+  idle_closed_.store(true);  // before reading the states (SessionEntry)
   std::lock_guard sk(sessions_mu_);
   for (SessionEntry* e = sessions_; e != nullptr; e = e->next_) {
     int expected = SessionEntry::kIdle;

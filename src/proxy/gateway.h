@@ -98,6 +98,11 @@ struct ListenerState {
 // retry an idempotent request then); kBusy, from the next request's first byte to its
 // response, is answered.
 //
+// A connection that turns idle after close_idle_sessions ran (its response had gone out
+// without Connection: close before the drain began) closes itself: it stores kIdle, then
+// reads idle_connections_closed(), while close_idle_sessions sets that flag, then reads
+// each state; both sequentially consistent, so at least one of the two sees the other.
+//
 // The entry lives in its connection's task (no allocation, no list node): the task links
 // it when it starts (Gateway::enter_session) and unlinks it before the task ends
 // (leave_session), both under the registry lock. So an entry seen under that lock belongs
@@ -144,6 +149,8 @@ class Gateway {
 
   std::shared_ptr<const Snapshot> snapshot() const { return snap_.load(std::memory_order_acquire); }
   bool draining() const { return draining_.load(std::memory_order_acquire); }
+  // close_idle_sessions has run: a connection that turns idle now must close (SessionEntry).
+  bool idle_connections_closed() const { return idle_closed_.load(); }
   bool ready() const { return ready_.load(std::memory_order_acquire) && !draining(); }
   GatewayStats& stats() { return stats_; }
   LoadShedder& shedder() { return shedder_; }
@@ -193,6 +200,7 @@ class Gateway {
   std::atomic<std::shared_ptr<const std::vector<std::shared_ptr<ListenerState>>>> listener_list_;
   void publish_listeners();
   std::atomic<bool> draining_{false};
+  std::atomic<bool> idle_closed_{false};
   std::atomic<bool> ready_{false};
   GatewayStats stats_;
   LoadShedder shedder_;

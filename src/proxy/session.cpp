@@ -351,7 +351,7 @@ exec::Task<bool> serve_request(Gateway& gw, ListenerState& ls, const http::HeadR
                                         : *snap->unrouted_stats;
   rs.count(req.method, ctx.status, dur_ns);
   write_access_log(ctx, req, dur_ns / 1000);
-  co_return h.keep_alive && !gw.draining();
+  co_return h.keep_alive;
 }
 
 // Serves the requests that arrive without a pause, from the first byte of one request
@@ -372,7 +372,10 @@ exec::Task<bool> serve_requests(Gateway& gw, ListenerState& ls, SessionEntry& en
     if (!entry.state.compare_exchange_strong(expected, SessionEntry::kBusy)) co_return false;  // drain closed us
     http::HeadRead hr = co_await reader.read_head(first_byte, lcfg->header_timeout);
     if (!co_await serve_request(gw, ls, hr, client, reader, who, lsnap, lcfg)) co_return false;
-    entry.state.store(SessionEntry::kIdle, std::memory_order_release);
+    // A response that went out before a drain began promised keep-alive: the connection
+    // turns idle, and is closed with the idle ones (at once, or after drain_idle_grace).
+    entry.state.store(SessionEntry::kIdle);  // sequentially consistent: see SessionEntry
+    if (gw.idle_connections_closed()) co_return false;
     if (!reader.has_buffered()) co_return true;
     first_byte = io::Deadline::after(lcfg->idle_timeout);  // a pipelined request is here already
   }

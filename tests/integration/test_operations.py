@@ -451,7 +451,7 @@ class DrainTest(unittest.TestCase):
         # client that sends on it as the drain begins gets an answer, not a close it cannot
         # tell from a lost request; one that stays idle is closed when the grace ends.
         up = Upstream("d4")
-        grace = 1.5 * TIMEOUT_SCALE
+        grace = 2 * TIMEOUT_SCALE
         sg = Stealgate(config(clusters=f"  - name: app\n    endpoints: [{up.address}]\n", routes=app_routes(),
                               extra=f"drain_timeout: 30s\ndrain_idle_grace: {int(grace * 1000)}ms\n"))
         try:
@@ -463,12 +463,11 @@ class DrainTest(unittest.TestCase):
             sg.wait_log(r"received SIGTERM, draining .*idle keep-alive connections take one more request", 5)
             with self.assertRaises(OSError):  # the listener stopped at once
                 socket.create_connection(("127.0.0.1", sg.port), timeout=1)
-            self.assertFalse(idle.closed_by_peer(timeout=grace / 3), "idle connection closed within its grace")
             r = later.request("GET", "/last")
             self.assertEqual((r.status, r.header("connection")), (200, "close"))
             self.assertTrue(later.closed_by_peer(timeout=2), "the last request's connection stayed open")
             self.assertTrue(idle.closed_by_peer(timeout=grace + 2), "idle connection not closed after its grace")
-            self.assertGreaterEqual(time.monotonic() - t0, grace * 0.9, "idle connection closed before its grace")
+            self.assertGreaterEqual(time.monotonic() - t0, grace * 0.95, "idle connection closed within its grace")
             self.assertEqual(sg.proc.wait(10), 0)
             self.assertLess(time.monotonic() - t0, grace + 3 * TIMEOUT_SCALE, "the drain outlasted the grace")
             self.assertIn("/last", [e["target"] for e in up.log()])
