@@ -11,9 +11,18 @@ namespace {
 
 constexpr std::size_t kMostShards = 32;
 
+// The most burst x interval counts for: 10 years. (1/h with the largest burst the config
+// takes would overflow 64 bits of nanoseconds; the allowance is as good as endless then.)
+constexpr int64_t kMostTolerance = int64_t{10} * 365 * 24 * 3600 * 1'000'000'000;
+
 int64_t interval_of(const config::RateLimitSection& c) {
   const int64_t per = std::chrono::duration_cast<std::chrono::nanoseconds>(c.per).count();
   return std::max<int64_t>(1, per / static_cast<int64_t>(std::max<uint64_t>(1, c.count)));
+}
+
+int64_t tolerance_of(const config::RateLimitSection& c, int64_t interval) {
+  if (c.burst >= static_cast<uint64_t>(kMostTolerance / interval)) return kMostTolerance;
+  return interval * static_cast<int64_t>(c.burst);
 }
 
 }  // namespace
@@ -21,7 +30,7 @@ int64_t interval_of(const config::RateLimitSection& c) {
 RateLimiter::RateLimiter(const config::RateLimitSection& cfg)
     : cfg_(cfg),
       interval_ns_(interval_of(cfg)),
-      tolerance_ns_(interval_ns_ * static_cast<int64_t>(std::min<uint64_t>(cfg.burst, 1'000'000'000))) {
+      tolerance_ns_(tolerance_of(cfg, interval_ns_)) {
   if (cfg.key == "route") {
     kind_ = KeyKind::kRoute;
   } else if (cfg.key.rfind("header:", 0) == 0) {

@@ -45,6 +45,15 @@ TEST(RateLimiter, TheBurstPassesAtOnceThenTheRateRefillsIt) {
   EXPECT_EQ(passes(rl, "b", t0, 10), 3) << "keys are counted apart";
 }
 
+TEST(RateLimiter, ALargeBurstAtASlowRateDoesNotOverflow) {
+  // 1/h: burst x interval is 1.08e19 ns for 3e6 (it wrapped negative: all refused) and
+  // 3.6e21 for 1e9, the largest the config takes.
+  for (uint64_t burst : {uint64_t{3'000'000}, uint64_t{1'000'000'000}}) {
+    RateLimiter rl(settings(1, 3'600'000ms, burst));
+    EXPECT_EQ(passes(rl, "a", Clock::now(), 1000), 1000) << burst;
+  }
+}
+
 TEST(RateLimiter, ASteadyClientAtTheRateIsNeverRefused) {
   RateLimiter rl(settings(100, 60'000ms, 0));  // 100/m, no burst: one every 600 ms
   const Clock::time_point t0 = Clock::now();
