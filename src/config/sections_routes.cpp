@@ -122,9 +122,14 @@ std::string address_block(std::string& v) {
   return routing::parse_address_block(v, b);
 }
 
-void check_one_path(const MapView& m, RouteMatchSection& r) {
+void check_match(const MapView& m, RouteMatchSection& r) {
   const int paths = !r.path_exact.empty() + !r.path_prefix.empty() + !r.path_regex.empty();
   if (paths > 1) m.ctx().error(m.node(), m.where(), "use only one of path, path_prefix, path_regex");
+  // An allow rule written with an empty list would let every client in.
+  if (m.has("source") && r.sources.empty() && m.get("source").IsSequence()) {
+    m.ctx().error(m.get("source"), m.path("source"),
+                  "an empty list would match every client; leave source out to mean any client");
+  }
 }
 
 }  // namespace
@@ -158,7 +163,7 @@ const Table<RouteMatchSection>& match_table() {
                   "too)",
                   address_block, false)
            .shown("any")},
-      check_one_path};
+      check_match};
   return t;
 }
 

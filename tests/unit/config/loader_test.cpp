@@ -207,6 +207,23 @@ TEST(ConfigLoader, DrainIdleGraceIsBoundedByTheDrainTimeout) {
   EXPECT_EQ(load_string(head, "stealgate.yaml").config->drain_idle_grace, Duration{0});  // closed at once
 }
 
+TEST(ConfigLoader, SourceBlocksAreCheckedAndAnEmptyListIsNotAny) {
+  EXPECT_EQ(errors_of(R"(listeners:
+  - address: 127.0.0.1:8080
+routes:
+  - match: { path_prefix: /a, source: [10.0.0.1/8, localhost] }
+    direct_response: { status: 200 }
+  - match: { path_prefix: /b, source: [] }
+    direct_response: { status: 403 }
+)"),
+            "stealgate.yaml:4:39: routes[0].match.source: \"10.0.0.1/8\" has bits set beyond its /8 (did you mean "
+            "10.0.0.0/8?)\n"
+            "stealgate.yaml:4:39: routes[0].match.source: \"localhost\" is not an IP address or address block (e.g. "
+            "10.0.0.0/8, 2001:db8::/32)\n"
+            "stealgate.yaml:6:39: routes[1].match.source: an empty list would match every client; leave source out "
+            "to mean any client\n");
+}
+
 TEST(ConfigLoader, MissingFileIsAnError) {
   LoadResult r = load_file("/nonexistent/stealgate.yaml");
   ASSERT_FALSE(r.ok());
