@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs libFuzzer targets (tests/fuzz) built with clang, ASan and UBSan in build-fuzz/.
-#   scripts/fuzz.sh TARGET SECONDS     # one target: request response chunked path header_rules config
+#   scripts/fuzz.sh TARGET SECONDS     # one target: request response chunked path header_rules config proxy_header
 #   scripts/fuzz.sh all SECONDS        # every target, FUZZ_JOBS (2) at a time, SECONDS each
 # Each run first replays the target's seeds (tests/fuzz/seeds.py, made from the tests) and
 # its regressions (tests/fuzz/regressions/TARGET: every crash ever found), then fuzzes with
@@ -10,7 +10,7 @@
 # Prints "fuzz TARGET: N runs, 0 crashes" per target; exits non-zero on any crash.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-TARGETS=(request response chunked path header_rules config)
+TARGETS=(request response chunked path header_rules config proxy_header)
 
 usage() { echo "usage: scripts/fuzz.sh {all|${TARGETS[*]// /|}} SECONDS" >&2; exit 2; }
 [[ $# -eq 2 && "$2" =~ ^[0-9]+$ ]] || usage

@@ -108,6 +108,7 @@ struct ListenerSection {
   http::PathOptions path;
   uint64_t max_body_bytes = 64ull * 1024 * 1024;  // 0 = unlimited
   std::optional<ListenerTls> tls;  // absent: plain HTTP
+  bool proxy_protocol = false;     // every connection starts with a PROXY header (io/proxy_protocol.h)
 };
 
 struct LimitsSection {

@@ -234,7 +234,13 @@ const Table<ListenerSection>& listener_table() {
                                                                      {"backlog", OverflowAction::kBacklog}},
                  "`reject`: accept and answer 503 + close (on a TLS listener: close, without a handshake); `backlog`: "
                  "stop accepting until a slot frees"),
-       F::duration("header_timeout", &L::header_timeout, "first byte to complete request head (slowloris: 408)"),
+       F::flag("proxy_protocol", &L::proxy_protocol,
+               "every connection starts with a PROXY protocol header (version 1 or 2) from the load balancer in "
+               "front, whose source address is then the client's (`source` rules, rate limits, "
+               "`X-Forwarded-For`, the access log); a connection without one is closed. Turn it on only where "
+               "every connection comes through such a balancer"),
+       F::duration("header_timeout", &L::header_timeout,
+                   "first byte to complete request head (slowloris: 408); also bounds the PROXY protocol header"),
        F::duration("idle_timeout", &L::idle_timeout,
                    "keep-alive wait for the next request; also the idle timeout of upgraded tunnels"),
        F::duration("body_timeout", &L::body_timeout, "longest gap between reads of a request body (408)"),

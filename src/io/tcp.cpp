@@ -307,6 +307,28 @@ TcpStream::PeerState TcpStream::peek() {
   return PeerState::kClosed;  // reset or another error
 }
 
+std::optional<IoResult> TcpStream::peek_some(std::span<char> buf) {
+  if (UringOp* op = sock_.receive_op()) {
+    if (!op->completed.load(std::memory_order_acquire)) return std::nullopt;  // still running
+    if (op->res == -ENOBUFS) {
+      release(std::exchange(sock_.receive_op(), nullptr));  // the bytes are still in the socket
+    } else {
+      if (op->res < 0) return IoResult{{-op->res, std::system_category()}, 0};
+      std::span<const char> got = received_bytes(op);  // empty at EOF
+      const std::size_t n = std::min(got.size(), buf.size());
+      std::memcpy(buf.data(), got.data(), n);
+      return IoResult{{}, n};
+    }
+  }
+  for (;;) {
+    const ssize_t n = ::recv(sock_.native_handle(), buf.data(), buf.size(), MSG_PEEK | MSG_DONTWAIT);
+    if (n >= 0) return IoResult{{}, static_cast<std::size_t>(n)};
+    if (errno == EINTR) continue;
+    if (would_block(errno)) return std::nullopt;
+    return IoResult{{errno, std::system_category()}, 0};
+  }
+}
+
 bool TcpStream::woke_with_input() {
   UringOp*& op = sock_.receive_op();
   if (op == nullptr || !op->completed.load(std::memory_order_acquire) || op->res != -ENOBUFS) return true;

@@ -86,6 +86,11 @@ class TcpStream {
     return EitherAwaiter{sock_, other != nullptr ? &other->sock_ : nullptr, dl};
   }
 
+  // Copies up to buf.size() of the bytes a read would return now, without consuming
+  // them: those a finished receive holds (io_uring), else a MSG_PEEK recv. nullopt when
+  // none are there yet; n == 0 is EOF. For a prefix whose length shows only in its bytes
+  // (a PROXY protocol header): peek, then read exactly that many.
+  std::optional<IoResult> peek_some(std::span<char> buf);
   // What a read would find, without blocking or consuming anything (one MSG_PEEK recv).
   enum class PeerState : uint8_t { kSilent, kData, kClosed };  // kClosed: EOF, reset or error
   PeerState peek();

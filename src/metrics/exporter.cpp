@@ -227,6 +227,9 @@ void downstream_families(Families& fs, proxy::Gateway& gw, const Snap& snap) {
   auto& conn_rej = fs.family("stealgate_downstream_connections_rejected_total",
                              "Connections refused at the max_connections limit.", MetricType::Counter);
   auto& acc_err = fs.family("stealgate_downstream_accept_errors_total", "accept() failures.", MetricType::Counter);
+  auto& proxy_err = fs.family("stealgate_downstream_proxy_protocol_errors_total",
+                              "Connections closed for a missing, malformed or late PROXY protocol header.",
+                              MetricType::Counter);
   auto& path_norm = fs.family("stealgate_http_paths_normalized_total",
                               "Request paths rewritten by normalization before routing.", MetricType::Counter);
   auto& path_rej = fs.family("stealgate_http_paths_rejected_total",
@@ -238,6 +241,7 @@ void downstream_families(Families& fs, proxy::Gateway& gw, const Snap& snap) {
     Families::add(conn_total, lb, static_cast<double>(ls->stats.connections_total.load()));
     Families::add(conn_rej, lb, static_cast<double>(ls->stats.rejected_max_connections.load()));
     Families::add(acc_err, lb, static_cast<double>(ls->stats.accept_errors.load()));
+    Families::add(proxy_err, lb, static_cast<double>(ls->stats.proxy_header_errors.load()));
     Families::add(path_norm, lb, static_cast<double>(ls->stats.paths_normalized.load()));
     for (int e = 1; e < http::kPathErrorCount; ++e) {
       Labels rl = lb;

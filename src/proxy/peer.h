@@ -17,17 +17,15 @@ namespace sg::proxy {
 // heap. The same 32 bytes as a std::string.
 class Peer {
  public:
-  explicit Peer(const io::tcp::endpoint& ep) {
-    static_assert(io::kEndpointV4TextMax <= kInline);
-    char v4[io::kEndpointV4TextMax];
-    if (std::size_t n = io::write_endpoint_v4_text(ep, v4); n != 0) {
-      set_inline(v4, n);
-    } else {
-      set(io::endpoint_text(ep));
-    }
-  }
+  explicit Peer(const io::tcp::endpoint& ep) { assign(ep); }
   ~Peer() {
     if (on_heap()) delete[] heap_data();
+  }
+  // Now `ep` (the client a PROXY protocol header names).
+  void reset(const io::tcp::endpoint& ep) {
+    if (on_heap()) delete[] heap_data();
+    bytes_[kInline] = 0;
+    assign(ep);
   }
   Peer(const Peer&) = delete;
   Peer& operator=(const Peer&) = delete;
@@ -45,6 +43,15 @@ class Peer {
   }
 
  private:
+  void assign(const io::tcp::endpoint& ep) {
+    static_assert(io::kEndpointV4TextMax <= kInline);
+    char v4[io::kEndpointV4TextMax];
+    if (std::size_t n = io::write_endpoint_v4_text(ep, v4); n != 0) {
+      set_inline(v4, n);
+    } else {
+      set(io::endpoint_text(ep));
+    }
+  }
   // bytes_[kInline] is the inline text's length, or kOnHeap; on the heap, bytes_ starts
   // with the text's pointer and size instead (memcpy'd: no type punning).
   static constexpr std::size_t kInline = 31;

@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "exec/burst_task.h"
 #include "http/serialize.h"
+#include "io/proxy_protocol.h"
 #include "proxy/access_log.h"
 #include "proxy/admission.h"
 #include "proxy/downstream.h"
@@ -88,6 +89,29 @@ exec::Task<bool> accept_tls(ListenerState& ls, const Snapshot& snap, io::Stream&
     lr.body = "This port speaks HTTPS: use https://\n";
     std::string bytes = render_local_reply(lr);
     co_await client.tcp().write_all(bytes, io::Deadline::after(1s));
+  }
+  co_return false;
+}
+
+// A listener behind a load balancer (proxy_protocol): the connection's PROXY protocol
+// header, within header_timeout, names the client; without a valid one the connection is
+// closed, counted, and logged at most once a second per listener (a balancer that does
+// not send it makes every connection fail, and the log should say why, not flood).
+exec::Task<bool> take_proxy_header(ListenerState& ls, io::Stream& client, Peer& who,
+                                   const config::ListenerSection& l) {
+  io::ProxyHeader h = co_await io::read_proxy_header(client.tcp(), io::Deadline::after(l.header_timeout));
+  if (h.status == io::ProxyHeader::Status::kDone) {
+    if (h.source) who.reset(*h.source);
+    co_return true;
+  }
+  ls.stats.proxy_header_errors.fetch_add(1, std::memory_order_relaxed);
+  const int64_t now_s =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  int64_t last = ls.stats.proxy_header_logged_s.load(std::memory_order_relaxed);
+  if (now_s > last && ls.stats.proxy_header_logged_s.compare_exchange_strong(last, now_s)) {
+    SG_LOG_WARN("listener {}: closed a connection from {}: {} (proxy_protocol is on: every connection must start "
+                "with a PROXY protocol header)",
+                l.name, who.address(), h.error);
   }
   co_return false;
 }
@@ -428,6 +452,7 @@ class Connection {
     lsnap_ = gw().snapshot();
     const config::ListenerSection* lcfg = lsnap_->listener(ls_->key);
     if (lcfg == nullptr) co_return false;  // the listener was removed by a reload meanwhile
+    if (lcfg->proxy_protocol && !co_await take_proxy_header(*ls_, client_, who_, *lcfg)) co_return false;
     label_connection(lcfg->name, who_);
     if (lcfg->tls && !co_await accept_tls(*ls_, *lsnap_, client_, who_)) co_return false;
     lcfg_ = lcfg;

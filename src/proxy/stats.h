@@ -43,6 +43,8 @@ struct ListenerStats {
   std::atomic<int64_t> connections_active{0};
   std::atomic<uint64_t> rejected_max_connections{0};
   std::atomic<uint64_t> accept_errors{0};
+  std::atomic<uint64_t> proxy_header_errors{0};  // connections closed for their PROXY protocol header
+  std::atomic<int64_t> proxy_header_logged_s{0};  // when the last of them was logged (steady, seconds)
   // Request paths rewritten by normalization, and requests refused for their path (or
   // Host), by http::PathError.
   std::atomic<uint64_t> paths_normalized{0};

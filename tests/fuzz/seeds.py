@@ -74,6 +74,18 @@ def configs():
     return out
 
 
+# What load balancers send first (tests/unit/io/proxy_protocol_test.cpp has the same).
+_V2 = b"\r\n\r\n\x00\r\nQUIT\n"
+PROXY_HEADERS = [
+    b"PROXY TCP4 203.0.113.7 127.0.0.1 51234 80\r\nGET / HTTP/1.1\r\n\r\n",
+    b"PROXY TCP6 2001:db8::7 ::1 51234 443\r\n\x16\x03\x01",
+    b"PROXY UNKNOWN\r\n",
+    _V2 + b"\x21\x11\x00\x0c" + bytes([203, 0, 113, 7, 127, 0, 0, 1, 0xc8, 0x22, 0, 80]) + b"GET /",
+    _V2 + b"\x21\x21\x00\x27" + bytes(16) + bytes(15) + b"\x01" + b"\x01\xbb\x00\x50" + b"\x04\x00\x00",
+    _V2 + b"\x20\x00\x00\x00",
+]
+
+
 def corpora():
     malformed = [wire for _, wire, _ in test_malformed.CASES]
     requests = VALID_REQUESTS + malformed
@@ -85,6 +97,7 @@ def corpora():
         "path": [bytes([mode]) + p[1:].encode("latin-1") for p in paths for mode in (0, 2, 4, 1)],
         "header_rules": [w.encode("latin-1") + b"\0" + spec.encode() for w in requests for spec in ROUTE_SPECS],
         "config": [c.encode() for c in configs()],
+        "proxy_header": PROXY_HEADERS,
     }
 
 

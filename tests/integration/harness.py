@@ -381,12 +381,16 @@ class Response:
 class Client:
     """One TCP connection; sends raw bytes and parses responses (CL, chunked, close)."""
 
-    def __init__(self, port, timeout=10, tls=None, server_hostname="test.local", ip="127.0.0.1", source=None):
+    def __init__(self, port, timeout=10, tls=None, server_hostname="test.local", ip="127.0.0.1", source=None,
+                 preface=b""):
         """`tls`: an ssl.SSLContext to speak TLS with; by default, the test CA's for a port
         stealgate announced as a TLS listener. `ip`: the address to dial (any of 127/8 is
-        loopback); `source`: the address to dial from (the kernel's choice by default)."""
+        loopback); `source`: the address to dial from (the kernel's choice by default);
+        `preface`: bytes sent first, before any TLS (a PROXY protocol header)."""
         self.sock = socket.create_connection((ip, port), timeout=timeout,
                                              source_address=(source, 0) if source else None)
+        if preface:
+            self.sock.sendall(preface)
         if tls is None and port in TLS_PORTS:
             tls = tls_client_context()
         if tls is not None:

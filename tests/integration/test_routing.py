@@ -4,6 +4,7 @@ import collections
 import os
 import re
 import shutil
+import socket
 import sys
 import tempfile
 import threading
@@ -170,6 +171,66 @@ class SourceTest(unittest.TestCase):
             self.assertEqual(status_from(sg.ports["dual"], None, ip="::1"), (200, b"inside"))
         finally:
             sg.stop()
+
+
+def proxy_v2_tcp4(src, sport):
+    """A PROXY protocol v2 header for a TCP/IPv4 client `src`:`sport` (to 127.0.0.1:80)."""
+    body = socket.inet_aton(src) + socket.inet_aton("127.0.0.1") + sport.to_bytes(2, "big") + (80).to_bytes(2, "big")
+    return b"\r\n\r\n\x00\r\nQUIT\n\x21\x11" + len(body).to_bytes(2, "big") + body
+
+
+class ProxyProtocolTest(unittest.TestCase):
+    def test_the_header_names_the_client_to_routes_upstreams_and_the_log_and_is_required(self):
+        # Behind a load balancer the TCP peer is the balancer; the PROXY protocol header
+        # says whose connection it is, and a connection without one is closed (else any
+        # client could claim any address by sending one, or not).
+        import certs  # noqa: E402
+        cert, key = certs.shared().server
+        up = Upstream("pp")
+        listeners = ("  - name: public\n    address: 127.0.0.1:0\n    proxy_protocol: true\n"
+                     "  - name: secure\n    address: 127.0.0.1:0\n    proxy_protocol: true\n"
+                     f"    tls:\n      certificates: [{{ cert: {cert}, key: {key} }}]\n")
+        routes = """  - name: inside
+    match: { path_prefix: /ops/, source: [203.0.113.0/24] }
+    cluster: app
+  - name: deny
+    match: { path_prefix: /ops/ }
+    direct_response: { status: 403, body: outside }
+  - name: app
+    match: { path_prefix: / }
+    cluster: app
+"""
+        sg = Stealgate(config(listeners=listeners, clusters=f"  - name: app\n    endpoints: [{up.address}]\n",
+                              routes=routes))
+        try:
+            sg.wait_for(lambda: "secure" in sg.ports, 5, "TLS listener")
+
+            def forwarded_for(r):
+                return {k.lower(): v for k, v in r.json()["headers"]}["x-forwarded-for"]
+
+            c = Client(sg.ports["public"], preface=b"PROXY TCP4 203.0.113.7 127.0.0.1 51234 80\r\n")
+            for _ in range(2):  # the whole keep-alive connection is that client's
+                r = c.request("GET", "/ops/x")
+                self.assertEqual((r.status, forwarded_for(r)), (200, "203.0.113.7"))
+            outside = Client(sg.ports["public"], preface=b"PROXY TCP4 198.51.100.9 127.0.0.1 4000 80\r\n")
+            self.assertEqual(outside.request("GET", "/ops/x").status, 403)
+            local = Client(sg.ports["public"], preface=b"\r\n\r\n\x00\r\nQUIT\n\x20\x00\x00\x00")
+            self.assertEqual(forwarded_for(local.request("GET", "/x")), "127.0.0.1", "LOCAL: the TCP peer")
+            tls = Client(sg.ports["secure"], preface=proxy_v2_tcp4("203.0.113.9", 6000))
+            r = tls.request("GET", "/ops/y")
+            self.assertEqual((r.status, forwarded_for(r)), (200, "203.0.113.9"))
+            sg.wait_log(r"203\.0\.113\.9:6000 \"GET /ops/y HTTP/1\.1\" 200")
+            bare = Client(sg.ports["public"])
+            bare.send(b"GET /x HTTP/1.1\r\nHost: h\r\n\r\n")
+            self.assertTrue(bare.closed_by_peer())
+            self.assertEqual(bare.buf, b"", "no answer without a header")
+            self.assertEqual(sg.metric("stealgate_downstream_proxy_protocol_errors_total", listener="public"), 1)
+            sg.wait_log(r"listener public: closed a connection from 127\.0\.0\.1:\d+: the connection did not start "
+                        r"with a PROXY protocol header")
+            self.assertEqual(sum(e["target"] == "/x" for e in up.log()), 1, "only the LOCAL one reached the upstream")
+        finally:
+            sg.stop()
+            up.stop()
 
 
 class RewriteTest(unittest.TestCase):

@@ -88,6 +88,7 @@ listeners:
     max_header_bytes: 9000
     max_headers: 10
     max_body_bytes: 1MiB
+    proxy_protocol: true
     path_normalization: reject
     escaped_slashes: decode
     backslashes: reject
