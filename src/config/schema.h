@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "http/path.h"
+#include "routing/address_block.h"
 
 namespace sg::config {
 
@@ -109,6 +110,10 @@ struct ListenerSection {
   uint64_t max_body_bytes = 64ull * 1024 * 1024;  // 0 = unlimited
   std::optional<ListenerTls> tls;  // absent: plain HTTP
   bool proxy_protocol = false;     // every connection starts with a PROXY header (io/proxy_protocol.h)
+  // Proxies whose X-Forwarded-For names the client (proxy/client_address.h): as written,
+  // and parsed at load.
+  std::vector<std::string> trusted_proxies;
+  std::vector<routing::AddressBlock> trusted_proxy_blocks;
 };
 
 struct LimitsSection {

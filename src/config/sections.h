@@ -40,6 +40,8 @@ const Table<RedirectSection>& redirect_table();
 const Table<HeaderOps>& header_ops_table();
 const Table<RetrySection>& retries_table();
 const Table<RateLimitSection>& rate_limit_table();
+// "" for an IP address or block (`10.0.0.0/8`), else why not: an item check for F::strings.
+std::string address_block_refusal(std::string& v);
 
 // Every table, in the order config/README.md shows them.
 std::vector<ReferenceTable> reference_tables();

@@ -117,11 +117,6 @@ std::string host_pattern(const std::string& h) {
   return "";
 }
 
-std::string address_block(std::string& v) {
-  routing::AddressBlock b;
-  return routing::parse_address_block(v, b);
-}
-
 void check_match(const MapView& m, RouteMatchSection& r) {
   const int paths = !r.path_exact.empty() + !r.path_prefix.empty() + !r.path_regex.empty();
   if (paths > 1) m.ctx().error(m.node(), m.where(), "use only one of path, path_prefix, path_regex");
@@ -161,7 +156,7 @@ const Table<RouteMatchSection>& match_table() {
                   "client addresses this route applies to: IPs and blocks (`[10.0.0.0/8, 2001:db8::/32, "
                   "192.0.2.7]`), matched against the connection's peer (an IPv4 client of a dual-stack listener "
                   "too)",
-                  address_block, false)
+                  address_block_refusal, false)
            .shown("any")},
       check_match};
   return t;
@@ -296,6 +291,11 @@ void check_rate_limit(const MapView& m, RateLimitSection& r) {
 }
 
 }  // namespace
+
+std::string address_block_refusal(std::string& v) {
+  routing::AddressBlock b;
+  return routing::parse_address_block(v, b);
+}
 
 const Table<RateLimitSection>& rate_limit_table() {
   using F = Fields<RateLimitSection>;

@@ -143,6 +143,13 @@ std::string only_http11(std::string& protocol) {
   return protocol == "http/1.1" ? "" : "unsupported protocol \"" + protocol + "\" (stealgate speaks http/1.1)";
 }
 
+void parse_trusted_proxies(const MapView&, ListenerSection& l) {
+  for (const std::string& text : l.trusted_proxies) {
+    routing::AddressBlock b;
+    if (routing::parse_address_block(text, b).empty()) l.trusted_proxy_blocks.push_back(b);  // else reported
+  }
+}
+
 void check_client_auth(const MapView& m, ListenerTls& t) {
   if (t.client_auth != ClientAuth::kOff && t.client_ca.empty()) {
     m.ctx().error(m.has("client_auth") ? m.get("client_auth") : m.node(), m.path("client_auth"),
@@ -268,7 +275,14 @@ const Table<ListenerSection>& listener_table() {
                  "a bare `;` in the path: `keep` (an ordinary character, as RFC 3986 has it), `reject` (400: in front "
                  "of servlet containers, which read `/admin;x` as `/admin`)"),
        F::optional_section("tls", &L::tls, listener_tls_table(), "terminate TLS on this listener (below)")
-           .shown("absent (plain HTTP)")}};
+           .shown("absent (plain HTTP)"),
+       F::strings("trusted_proxies", &L::trusted_proxies,
+                  "HTTP proxies in front whose `X-Forwarded-For` is believed (`[10.0.0.0/8]`): a request from "
+                  "one has as its client the last address in that header that is not itself such a proxy "
+                  "(`source` rules, rate limits, `ring_hash`, the access log; below)",
+                  address_block_refusal, false)
+           .shown("none")},
+      parse_trusted_proxies};
   return t;
 }
 

@@ -22,8 +22,13 @@ struct RequestContext {
   RequestId request_id;
   // The connection's peer (session.cpp's Peer, which outlives its requests): views, so
   // that an address longer than std::string keeps inline costs no malloc per request.
+  std::string_view peer_ip;  // what X-Forwarded-For gets appended
+  // The client: the peer, or behind listeners[].trusted_proxies the address their
+  // X-Forwarded-For names (in `forwarded_client`). What routes, rate limits and the access
+  // log see.
   std::string_view client_ip;
-  std::string_view client;  // ip:port
+  std::string_view client;  // ip:port, or the forwarded client's ip
+  std::string forwarded_client;
   const io::TlsSummary* tls = nullptr;  // the client connection's TLS; null when plain
   // The connection's local address as "ip:port" where the listener knows it (bound to one
   // address: ListenerState::local_authority); empty: the socket is asked when needed.

@@ -217,7 +217,7 @@ Verdict Exchange::prepare() {
   upgrade_ = allowed_upgrade(req_, rcfg_.upgrades, upgrade_refused);
   if (upgrade_refused) gw_.stats().upgrades_refused.fetch_add(1, std::memory_order_relaxed);
   if (upgrade_.empty()) down_.reader.parser().refuse_upgrade();
-  ForwardInfo info{ctx_.client_ip, ctx_.request_id.view(), ctx_.tls != nullptr ? "https" : "http", upgrade_, {}};
+  ForwardInfo info{ctx_.peer_ip, ctx_.request_id.view(), ctx_.tls != nullptr ? "https" : "http", upgrade_, {}};
   std::string asked;  // a wildcard listener's connection: the socket's own address
   if (req_.authority.empty() && req_.headers.get("Host") == nullptr) {
     // The address the request came to: the listener's, or else the socket's (a syscall,

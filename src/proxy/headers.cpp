@@ -243,7 +243,7 @@ void append_upstream_request_head(std::string& out, const http::RequestHead& req
     // upstream must refuse it.
     w.field("Host", req.authority.empty() ? info.default_authority : std::string_view(req.authority));
   }
-  w.list_field("X-Forwarded-For", xff, info.client_ip);
+  w.list_field("X-Forwarded-For", xff, info.peer_ip);
   w.list_field("X-Forwarded-Proto", xfp, info.proto);
   if (!req.authority.empty()) w.list_field("X-Forwarded-Host", xfh, req.authority);
   else if (!xfh.empty()) w.field("X-Forwarded-Host", xfh);

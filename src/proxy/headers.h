@@ -15,7 +15,7 @@
 namespace sg::proxy {
 
 struct ForwardInfo {
-  std::string_view client_ip;
+  std::string_view peer_ip;  // appended to X-Forwarded-For: the address the request came from
   std::string_view request_id;
   std::string_view proto = "http";
   // The Upgrade value forwarded (the allowed protocols the client offered, see

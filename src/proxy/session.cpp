@@ -20,6 +20,7 @@
 #include "proxy/admission.h"
 #include "proxy/downstream.h"
 #include "proxy/exchange.h"
+#include "proxy/forwarded_client.h"
 #include "proxy/headers.h"
 #include "proxy/local_reply.h"
 #include "proxy/peer.h"
@@ -335,7 +336,7 @@ exec::Task<bool> serve_request(Gateway& gw, ListenerState& ls, const http::HeadR
   RequestContext ctx;
   ctx.start = exec::tick_now();
   ctx.client = peer;
-  ctx.client_ip = who.ip();
+  ctx.peer_ip = ctx.client_ip = who.ip();
   ctx.tls = client_tls(client);
   ctx.local_authority = ls.local_authority;
   // The snapshot current when the request arrived serves it to the end.
@@ -363,6 +364,11 @@ exec::Task<bool> serve_request(Gateway& gw, ListenerState& ls, const http::HeadR
   }
   if (std::string_view header = client_subject_header(*lcfg); !header.empty()) {
     pass_client_subject(reader.parser().request(), header, ctx.tls);
+  }
+  if (!lcfg->trusted_proxy_blocks.empty()) {
+    ctx.client_ip = forwarded_client(reader.parser().request().headers, ctx.peer_ip, lcfg->trusted_proxy_blocks,
+                                     ctx.forwarded_client);
+    if (ctx.client_ip.data() != ctx.peer_ip.data()) ctx.client = ctx.client_ip;
   }
 
   Handled h = co_await handle_request(gw, snap, *lcfg, client, reader, ctx);

@@ -233,6 +233,37 @@ class ProxyProtocolTest(unittest.TestCase):
             up.stop()
 
 
+class TrustedProxiesTest(unittest.TestCase):
+    def test_a_trusted_proxys_forwarded_for_names_the_client_and_an_untrusted_ones_is_ignored(self):
+        # Behind an HTTP proxy (a CDN) the client is the last address that proxy put in
+        # X-Forwarded-For; from anyone else the header is only what the client wrote.
+        up = Upstream("tp")
+        routes = """  - name: inside
+    match: { path_prefix: /ops/, source: [203.0.113.0/24] }
+    cluster: app
+  - name: deny
+    match: { path_prefix: /ops/ }
+    direct_response: { status: 403, body: outside }
+"""
+        listeners = "  - name: public\n    address: 127.0.0.1:0\n    trusted_proxies: [127.0.0.1/32]\n"
+        sg = Stealgate(config(listeners=listeners, clusters=f"  - name: app\n    endpoints: [{up.address}]\n",
+                              routes=routes))
+        try:
+            via_proxy = Client(sg.port)  # from 127.0.0.1: the trusted proxy
+            r = via_proxy.request("GET", "/ops/a", headers=[("X-Forwarded-For", "198.51.100.1, 203.0.113.7")])
+            self.assertEqual(r.status, 200)
+            h = {k.lower(): v for k, v in r.json()["headers"]}
+            self.assertEqual(h["x-forwarded-for"], "198.51.100.1, 203.0.113.7, 127.0.0.1",
+                             "the hop that connected is appended, as before")
+            sg.wait_log(r'^\S+ 203\.0\.113\.7 "GET /ops/a HTTP/1\.1" 200')
+            spoofer = Client(sg.port, source="127.0.0.2")  # not a trusted proxy
+            r = spoofer.request("GET", "/ops/a", headers=[("X-Forwarded-For", "203.0.113.7")])
+            self.assertEqual(r.status, 403, "an untrusted client's X-Forwarded-For is not believed")
+        finally:
+            sg.stop()
+            up.stop()
+
+
 class RewriteTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):

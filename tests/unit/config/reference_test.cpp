@@ -89,6 +89,7 @@ listeners:
     max_headers: 10
     max_body_bytes: 1MiB
     proxy_protocol: true
+    trusted_proxies: [10.0.0.0/8]
     path_normalization: reject
     escaped_slashes: decode
     backslashes: reject

@@ -43,7 +43,7 @@ TEST(UpstreamRequestHead, ManyFieldsAndALongOneComeOutInOrder) {
     }
   }
   ForwardInfo info;
-  info.client_ip = "10.0.0.9";
+  info.peer_ip = "10.0.0.9";
   info.request_id = "id1";
   std::string out = "prefix|";
   append_upstream_request_head(out, r, "/a", nullptr, info);
@@ -57,7 +57,7 @@ TEST(UpstreamRequestHead, ListFieldsJoinTheClientsValuesAndRouteOperationsApply)
   route.request_headers.set = {{"X-Set", "s"}};
   route.request_headers.add = {{"X-Add", "a"}};
   ForwardInfo info;
-  info.client_ip = "10.0.0.9";
+  info.peer_ip = "10.0.0.9";
   info.request_id = "id1";
   std::string out;
   append_upstream_request_head(out, r, "/a", &route, info);
@@ -72,7 +72,7 @@ TEST(UpstreamRequestHead, FieldsTheConnectionHeaderNamesAreDroppedInAnyCase) {
   http::RequestHead r = get_with({{"Connection", "X-b, keep-alive, x-FORWARDED-for,x-A"}, {"x-a", "1"},
                                   {"X-B", "2"}, {"X-Bb", "3"}, {"X-", "4"}, {"X-Forwarded-For", "192.0.2.1"}});
   ForwardInfo info;
-  info.client_ip = "10.0.0.9";
+  info.peer_ip = "10.0.0.9";
   info.request_id = "id1";
   std::string out;
   append_upstream_request_head(out, r, "/a", nullptr, info);
