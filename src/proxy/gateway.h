@@ -140,7 +140,8 @@ class Gateway {
   // connection.
   void begin_drain();
   // Closes the keep-alive connections that wait for a next request with no byte of it
-  // received (after begin_drain: one that is idle now stays idle).
+  // received (after begin_drain); from then on a connection that turns idle closes itself
+  // (SessionEntry).
   void close_idle_sessions();
   // Waits until no session is left, or the timeout passes; true when drained.
   bool wait_drained(std::chrono::milliseconds timeout);

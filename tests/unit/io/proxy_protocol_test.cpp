@@ -166,7 +166,8 @@ TEST_P(ProxyHeaderRead, AMissingOrLateHeaderIsRefused) {
   ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
   TcpStream stream(Socket::adopt(rt.context(), sv[0]));
   ::send(sv[1], "PROXY TCP4 ", 11, 0);  // and nothing more
-  auto h = rt.spawn([&]() -> exec::Task<ProxyHeader> { co_return co_await read_proxy_header(stream, Deadline::after(100ms)); });
+  auto h = rt.spawn(
+      [&]() -> exec::Task<ProxyHeader> { co_return co_await read_proxy_header(stream, Deadline::after(100ms)); });
   ProxyHeader late = h.wait().value_or(ProxyHeader{});
   EXPECT_EQ(late.status, Status::kInvalid);
   EXPECT_EQ(late.error, "no PROXY protocol header in time");

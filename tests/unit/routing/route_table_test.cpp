@@ -142,7 +142,8 @@ TEST(AddressBlocks, ParsedAndRefused) {
   EXPECT_FALSE(b.contains(*parse_ip("2001:db8::1"))) << "an IPv4 block holds for IPv4 clients only";
   EXPECT_EQ(parse_address_block("fe80::1%eth0", b), "\"fe80::1%eth0\": a zone has no place in a block");
   EXPECT_TRUE(parse_ip("fe80::1%eth0").has_value()) << "a client's zone is ignored";
-  EXPECT_EQ(parse_address_block("10.0.0.1/8", b), "\"10.0.0.1/8\" has bits set beyond its /8 (did you mean 10.0.0.0/8?)");
+  EXPECT_EQ(parse_address_block("10.0.0.1/8", b),
+            "\"10.0.0.1/8\" has bits set beyond its /8 (did you mean 10.0.0.0/8?)");
   EXPECT_EQ(parse_address_block("2001:db8::1/32", b),
             "\"2001:db8::1/32\" has bits set beyond its /32 (did you mean 2001:db8::/32?)");
   EXPECT_EQ(parse_address_block("10.0.0.0/33", b), "\"10.0.0.0/33\": the length after / must be 0-32");
