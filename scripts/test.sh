@@ -9,7 +9,8 @@
 #   3. soak         (release binary): scripts/soak.sh for STEALGATE_SOAK_SECONDS (60)
 #   4. build-asan   (AddressSanitizer + UndefinedBehaviorSanitizer): every test again but the
 #                   benchmark smoke test (no benchmark binaries in that build)
-#   5. build-tsan   (ThreadSanitizer): the concurrency suite (executor, io, upstream pool, stress)
+#   5. build-tsan   (ThreadSanitizer): the concurrency suite (executor, io, upstream pool, rate
+#                   limiter, stress)
 # Every suite is listed in the summary with its counts. A suite that did not run, ran no
 # test, was skipped, or whose log cannot be read is a failure, as is a non-zero exit of
 # meson test. Prints "N passed, M failed" last and exits non-zero on any failure.
@@ -193,7 +194,7 @@ if ! skipping tsan; then
   export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
   export STEALGATE_TIMEOUT_SCALE=4
   run_suite "tsan" build-tsan "-Doptimization=2 $line_tables $unity -Db_sanitize=thread -Dbenchmarks=false" \
-    "tests/unit/exec_unit_test tests/unit/io_unit_test tests/unit/proxy_unit_test tests/unit/pool_unit_test tests/stress/exec_stress_test tests/stress/io_stress_test" \
+    "tests/unit/exec_unit_test tests/unit/io_unit_test tests/unit/proxy_unit_test tests/unit/pool_unit_test tests/unit/rate_limit_unit_test tests/stress/exec_stress_test tests/stress/io_stress_test" \
     "--suite concurrency --timeout-multiplier 4" "--timeout-multiplier 4"
   unset TSAN_OPTIONS STEALGATE_TIMEOUT_SCALE
 fi
