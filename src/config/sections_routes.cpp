@@ -154,8 +154,9 @@ const Table<RouteMatchSection>& match_table() {
        F::strings("listener", &M::listeners, "listener name(s) this route applies to", nullptr, false).shown("every"),
        F::strings("source", &M::sources,
                   "client addresses this route applies to: IPs and blocks (`[10.0.0.0/8, 2001:db8::/32, "
-                  "192.0.2.7]`), matched against the connection's peer (an IPv4 client of a dual-stack listener "
-                  "too)",
+                  "192.0.2.7]`), matched against the client's address: the TCP peer's, or the one the listener's "
+                  "`proxy_protocol` or `trusted_proxies` names (an IPv4 client of a dual-stack listener matches IPv4 "
+                  "blocks)",
                   address_block_refusal, false)
            .shown("any")},
       check_match};
@@ -307,7 +308,7 @@ const Table<RateLimitSection>& rate_limit_table() {
                  "requests beyond the rate that may come at once (nginx's `burst` with `nodelay`)")
            .shown("one second's worth of `rate` (at least 1)"),
        F::text("key", &L::key,
-               "what a limit counts by: `client_ip` (the TCP peer; IPv6 clients by their /64), `route` (one "
+               "what a limit counts by: `client_ip` (the client's address; IPv6 clients by their /64), `route` (one "
                "limit for all), or `header:NAME` (e.g. `header:X-Api-Key`; a request without it counts by its "
                "client_ip)",
                rate_limit_key),
