@@ -78,7 +78,18 @@ PY
 # Configures and builds a build directory, then runs its tests: the stress suite (all
 # cores, CPU-bound) first and on its own, then everything else, so the integration suites'
 # time bounds never compete with it.
-run_suite() {  # label, build dir, meson setup args, compile targets ("" = all), test args, stress test args
+# The executables of the tests in meson suite $2 of build dir $1, as ninja targets: a build
+# that runs one suite compiles just those, and a test added to the suite is never left out.
+suite_targets() {  # build dir, suite
+  meson introspect --tests "$1" | python3 -c '
+import json, os, sys
+build, suite = os.path.realpath(sys.argv[1]), sys.argv[2]
+tests = json.load(sys.stdin)
+print(" ".join(sorted({os.path.relpath(t["cmd"][0], build) for t in tests
+                       if any(s.split(":")[-1] == suite for s in t["suite"])})))' "$1" "$2"
+}
+
+run_suite() {  # label, build dir, meson setup args, compile targets ("" = all; "suite:NAME"), test args, stress test args
   local label="$1" dir="$2" setup_args="$3" targets="$4" test_args="$5" stress_args="${6:-}"
   echo "== $label: configuring $dir (at ${SECONDS}s)"
   if [[ -f "$dir/build.ninja" ]]; then
@@ -90,6 +101,10 @@ run_suite() {  # label, build dir, meson setup args, compile targets ("" = all),
       tail -20 "$dir.setup.log"; fail "$label" "meson setup"; return; }
   fi
   rm -f "$dir.setup.log" "$dir"/meson-logs/testlog*.json
+  if [[ "$targets" == suite:* ]]; then
+    targets=$(suite_targets "$dir" "${targets#suite:}")
+    [[ -n "$targets" ]] || { fail "$label" "no test in meson suite ${4#suite:}"; return; }
+  fi
   echo "== $label: building (at ${SECONDS}s)"
   if ! ninja -C "$dir" -j "$jobs" $targets >"$dir/build.log" 2>&1; then
     tail -40 "$dir/build.log"
@@ -194,7 +209,7 @@ if ! skipping tsan; then
   export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
   export STEALGATE_TIMEOUT_SCALE=4
   run_suite "tsan" build-tsan "-Doptimization=2 $line_tables $unity -Db_sanitize=thread -Dbenchmarks=false" \
-    "tests/unit/exec_unit_test tests/unit/io_unit_test tests/unit/proxy_unit_test tests/unit/pool_unit_test tests/unit/rate_limit_unit_test tests/stress/exec_stress_test tests/stress/io_stress_test" \
+    "suite:concurrency" \
     "--suite concurrency --timeout-multiplier 4" "--timeout-multiplier 4"
   unset TSAN_OPTIONS STEALGATE_TIMEOUT_SCALE
 fi

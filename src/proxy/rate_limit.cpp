@@ -1,7 +1,6 @@
 #include "proxy/rate_limit.h"
 
 #include <algorithm>
-#include <limits>
 
 #include "routing/address_block.h"
 
