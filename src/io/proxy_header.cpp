@@ -18,7 +18,7 @@ constexpr std::size_t kV1Most = 107;  // the spec's bound, CRLF included
 constexpr std::string_view kV2Signature{"\r\n\r\n\0\r\nQUIT\n", 12};
 constexpr std::size_t kV2Fixed = 16;  // signature, version and command, family, length
 
-ProxyHeader invalid(std::string why) { return ProxyHeader::invalid(std::move(why)); }
+constexpr auto invalid = &ProxyHeader::invalid;
 
 ProxyHeader done(std::size_t length, std::optional<tcp::endpoint> source) {
   ProxyHeader h;

@@ -179,6 +179,16 @@ def proxy_v2_tcp4(src, sport):
     return b"\r\n\r\n\x00\r\nQUIT\n\x21\x11" + len(body).to_bytes(2, "big") + body
 
 
+# /ops/ for clients in 203.0.113.0/24 (the cluster "app"), 403 for everyone else.
+OPS_ROUTES = """  - name: inside
+    match: { path_prefix: /ops/, source: [203.0.113.0/24] }
+    cluster: app
+  - name: deny
+    match: { path_prefix: /ops/ }
+    direct_response: { status: 403, body: outside }
+"""
+
+
 class ProxyProtocolTest(unittest.TestCase):
     def test_the_header_names_the_client_to_routes_upstreams_and_the_log_and_is_required(self):
         # Behind a load balancer the TCP peer is the balancer; the PROXY protocol header
@@ -190,13 +200,7 @@ class ProxyProtocolTest(unittest.TestCase):
         listeners = ("  - name: public\n    address: 127.0.0.1:0\n    proxy_protocol: true\n"
                      "  - name: secure\n    address: 127.0.0.1:0\n    proxy_protocol: true\n"
                      f"    tls:\n      certificates: [{{ cert: {cert}, key: {key} }}]\n")
-        routes = """  - name: inside
-    match: { path_prefix: /ops/, source: [203.0.113.0/24] }
-    cluster: app
-  - name: deny
-    match: { path_prefix: /ops/ }
-    direct_response: { status: 403, body: outside }
-  - name: app
+        routes = OPS_ROUTES + """  - name: app
     match: { path_prefix: / }
     cluster: app
 """
@@ -238,13 +242,7 @@ class TrustedProxiesTest(unittest.TestCase):
         # Behind an HTTP proxy (a CDN) the client is the last address that proxy put in
         # X-Forwarded-For; from anyone else the header is only what the client wrote.
         up = Upstream("tp")
-        routes = """  - name: inside
-    match: { path_prefix: /ops/, source: [203.0.113.0/24] }
-    cluster: app
-  - name: deny
-    match: { path_prefix: /ops/ }
-    direct_response: { status: 403, body: outside }
-"""
+        routes = OPS_ROUTES
         listeners = "  - name: public\n    address: 127.0.0.1:0\n    trusted_proxies: [127.0.0.1/32]\n"
         sg = Stealgate(config(listeners=listeners, clusters=f"  - name: app\n    endpoints: [{up.address}]\n",
                               routes=routes))
